@@ -1,0 +1,28 @@
+# make test: create .venv when missing, install, run the tests.
+# make demo: create .venv when missing, run the main job on the quick preset.
+PYTHON ?= python3
+VENV ?= .venv
+# GPU users: make TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128" test
+TORCH ?= torch==2.13.0
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: test demo install clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q $(TORCH)
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+demo: $(STAMP)
+	$(BIN)/stackedheads reproduce --preset quick --out runs/demo
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

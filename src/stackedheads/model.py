@@ -1,0 +1,516 @@
+"""The transformer of Sections 7.1, 8.1 and 9.1, as an ensemble of E independent models.
+
+The paper trains GPT-2-style transformers ("the recipe of Radford et al. (2019)", Sec. 7.1)
+on continuous vectors instead of tokens, so the token embedding becomes a linear input
+projection and the unembedding a linear readout at the N query positions (Sec. 6):
+
+    x: (B, T, d_in) -> W_in -> [pre-LN block] x n_layers -> ln_f -> last N positions -> W_readout
+    block:  x = x + attn(ln1(x));  x = x + mlp(ln2(x))      (mlp optional, Sec. 9.1)
+
+No positional embedding is learned: positions arrive inside the inputs (Sec. 6), and there
+is no dropout (Sec. 7.1). The paper's sizes, all expressible with :class:`ModelConfig`:
+
+* Sec. 7.1: 1-8 layers, 8 heads, d_model 128 (and 8 seeds per size);
+* Sec. 8.1: 12 layers, 1 head, d_model 128 (transformers A, B, C);
+* Sec. 9.1: 24 layers, 1 head, d_model 512, d_head 16, no MLP (transformer D).
+
+Ensembles. The paper trains many small models that differ only in their seed. Running them
+one by one leaves an accelerator idle, so :class:`EnsembleTransformer` holds E models of the
+same shape: every parameter has a leading E axis and every matmul is batched over it. Member
+e is initialised from its own ``torch.Generator`` seeded with ``seeds[e]``, and nothing in the
+forward pass mixes members, so member e of an ensemble is the same model as an ensemble of
+one with seed ``seeds[e]`` -- same initial weights, same outputs, and (with a per-member loss
+and a per-element optimiser such as AdamW) the same training trajectory.
+
+Hook points (TransformerLens style). ``blocks.{l}.attn.hook_pattern`` is the attention pattern
+after the softmax, ``(E, B, H, T_query, T_key)``; ``blocks.{l}.hook_resid_post`` the residual
+stream after block l, ``(E, B, T, d_model)``. Observing or replacing them is how the circuit
+analysis of App. E works: :meth:`EnsembleTransformer.run_with_cache` reads patterns,
+:meth:`EnsembleTransformer.run_with_hooks` replaces them with rule-built ones (uniform,
+identity, one-hot "attend here" maps). Hooks live for one call only.
+
+Shapes in comments: E ensemble members, B batch, T positions, H heads, d widths.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from stackedheads.errors import UsageError
+
+# A hook function: fn(activation, meta=..., hook_name=...) -> replacement or None (keep).
+HookFn = Callable[..., Tensor | None]
+
+INIT_STD = 0.02  # GPT-2's normal init (Radford et al., 2019; as in nanoGPT)
+LN_EPS = 1e-5
+
+
+# ----------------------------------------------------------------------------- config
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of one transformer. Defaults: Sec. 7.1 with N = 4, K = 4, D = 3 (IC).
+
+    ``d_head=None`` means ``d_model // n_heads`` (GPT-2); Sec. 9.1 decouples it (d_model 512,
+    one head of size 16).
+    """
+
+    d_in: int = 8  # 2K: token vector (K) + positional encoding (K), Sec. 6
+    d_out: int = 12  # D*K with the implicit curriculum, K without (Sec. 7)
+    n_queries: int = 4  # N: the readout is at the last n_queries positions (Sec. 6)
+    n_layers: int = 2
+    n_heads: int = 8
+    d_model: int = 128
+    d_head: int | None = None
+    mlp: bool = True  # GELU MLP of width 4 d_model; Sec. 9.1 removes it
+
+    def __post_init__(self) -> None:
+        for name in ("d_in", "d_out", "n_queries", "n_layers", "n_heads", "d_model"):
+            value = getattr(self, name)
+            if not _is_int(value) or value < 1:
+                raise UsageError(f"ModelConfig.{name} must be an integer >= 1, got {value!r}")
+        if self.d_head is None:
+            if self.d_model % self.n_heads:
+                raise UsageError(
+                    f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
+                    "pick another size or set d_head explicitly"
+                )
+        elif not _is_int(self.d_head) or self.d_head < 1:
+            raise UsageError(
+                f"ModelConfig.d_head must be None or an integer >= 1, got {self.d_head!r}"
+            )
+        if not isinstance(self.mlp, bool):
+            raise UsageError(f"ModelConfig.mlp must be true or false, got {self.mlp!r}")
+
+    @property
+    def head_dim(self) -> int:
+        """The resolved head size: ``d_head``, or ``d_model // n_heads`` when it is None."""
+        return self.d_head if self.d_head is not None else self.d_model // self.n_heads
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
+        """Inverse of :meth:`to_dict`. Unknown keys are an error (a typo would be silent)."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise UsageError(f"unknown ModelConfig keys {unknown}; known: {sorted(known)}")
+        return cls(**d)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# ----------------------------------------------------------------------------- pieces
+
+
+def ensemble_linear(x: Tensor, W: Tensor, b: Tensor) -> Tensor:
+    """``x @ W + b`` for each member. x: (E, ..., d_in), W: (E, d_in, d_out), b: (E, d_out).
+
+    One batched matmul over E (``baddbmm``): members never see each other's weights.
+    """
+    E, d_in = x.shape[0], x.shape[-1]
+    out = torch.baddbmm(b.unsqueeze(1), x.reshape(E, -1, d_in), W)  # (E, rest, d_out)
+    return out.reshape(*x.shape[:-1], W.shape[-1])
+
+
+class HookPoint(nn.Module):
+    """Identity with a name: a place to observe or replace an activation (TransformerLens).
+
+    Hooks are ordinary PyTorch forward hooks, registered for one call by
+    :meth:`EnsembleTransformer.hooks`; a hook that returns a tensor replaces the activation.
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x
+
+    @property
+    def is_active(self) -> bool:
+        """True when a forward hook listens here (ours do). nnsight uses no hooks, so to read
+        patterns through nnsight set ``model.slow_attention = True``."""
+        return bool(self._forward_hooks)
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm with per-member weight and bias, (E, d)."""
+
+    def __init__(self, n_members: int, d: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(n_members, d))
+        self.bias = nn.Parameter(torch.empty(n_members, d))
+
+    def forward(self, x: Tensor) -> Tensor:  # x: (E, B, T, d)
+        shape = (x.shape[0],) + (1,) * (x.ndim - 2) + (x.shape[-1],)  # broadcast over B, T
+        x = F.layer_norm(x, x.shape[-1:], eps=LN_EPS)
+        return x * self.weight.view(shape) + self.bias.view(shape)
+
+
+class Attention(nn.Module):
+    """Causal multi-head self-attention, with the pattern exposed as ``hook_pattern``.
+
+    Fast path: fused ``scaled_dot_product_attention`` (never materialises the pattern).
+    Slow path, taken only when ``hook_pattern`` is listened to or ``slow`` is set:
+    explicit softmax, so the pattern can be read or replaced. A replaced pattern is used
+    as given (pattern @ V): building a valid, causal pattern is the caller's job (App. E).
+    """
+
+    def __init__(self, cfg: ModelConfig, n_members: int) -> None:
+        super().__init__()
+        self.n_heads, self.d_head = cfg.n_heads, cfg.head_dim
+        d_attn = cfg.n_heads * cfg.head_dim  # may differ from d_model (Sec. 9.1)
+        self.W_qkv = nn.Parameter(torch.empty(n_members, cfg.d_model, 3 * d_attn))
+        self.b_qkv = nn.Parameter(torch.empty(n_members, 3 * d_attn))
+        self.W_O = nn.Parameter(torch.empty(n_members, d_attn, cfg.d_model))
+        self.b_O = nn.Parameter(torch.empty(n_members, cfg.d_model))
+        self.hook_pattern = HookPoint()
+
+    def forward(self, x: Tensor, slow: bool = False) -> Tensor:  # x: (E, B, T, d_model)
+        E, B, T, _ = x.shape
+        H, dh = self.n_heads, self.d_head
+        qkv = ensemble_linear(x, self.W_qkv, self.b_qkv)  # (E, B, T, 3 H dh)
+        # Fold E into the batch: attention never mixes members, and (E*B, H, T, dh) is
+        # the layout the fused kernels want.
+        q, k, v = qkv.view(E * B, T, 3, H, dh).permute(2, 0, 3, 1, 4)  # each (E*B, H, T, dh)
+
+        if slow or self.hook_pattern.is_active:
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(dh)  # (E*B, H, T, T)
+            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            pattern = scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+            pattern = self.hook_pattern(pattern.view(E, B, H, T, T))  # may be replaced
+            pattern = broadcast_pattern(pattern, (E, B, H, T, T)).to(v.device, v.dtype)
+            z = pattern.reshape(E * B, H, T, T) @ v  # (E*B, H, T, dh)
+        else:
+            z = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (E*B, H, T, dh)
+
+        z = z.transpose(1, 2).reshape(E, B, T, H * dh)  # heads side by side
+        return ensemble_linear(z, self.W_O, self.b_O)  # (E, B, T, d_model)
+
+
+def broadcast_pattern(pattern: Tensor, shape: tuple[int, int, int, int, int]) -> Tensor:
+    """Expand a replacement pattern to (E, B, H, T, T).
+
+    Accepts (E, B, H, T, T), (B, H, T, T) (same for every member) and (B, T, T) (same for
+    every member and head) -- the shapes rule-built patterns come in. Plain right-aligned
+    broadcasting would misread (B, T, T) as (H, T, T), hence the explicit cases.
+    """
+    if pattern.ndim == 3:  # (B, T, T)
+        pattern = pattern[None, :, None]
+    elif pattern.ndim == 4:  # (B, H, T, T)
+        pattern = pattern[None]
+    elif pattern.ndim != 5:
+        raise UsageError(
+            f"a replacement pattern must have 3, 4 or 5 dims, got {tuple(pattern.shape)}"
+        )
+    try:
+        return pattern.expand(shape)
+    except RuntimeError:
+        raise UsageError(
+            f"replacement pattern of shape {tuple(pattern.shape)} does not broadcast to "
+            f"(E, B, H, T, T) = {shape}"
+        ) from None
+
+
+class MLP(nn.Module):
+    """GPT-2 MLP: d_model -> 4 d_model -> GELU (tanh approximation) -> d_model."""
+
+    def __init__(self, cfg: ModelConfig, n_members: int) -> None:
+        super().__init__()
+        d_mlp = 4 * cfg.d_model
+        self.W_up = nn.Parameter(torch.empty(n_members, cfg.d_model, d_mlp))
+        self.b_up = nn.Parameter(torch.empty(n_members, d_mlp))
+        self.W_down = nn.Parameter(torch.empty(n_members, d_mlp, cfg.d_model))
+        self.b_down = nn.Parameter(torch.empty(n_members, cfg.d_model))
+
+    def forward(self, x: Tensor) -> Tensor:  # x: (E, B, T, d_model)
+        h = F.gelu(ensemble_linear(x, self.W_up, self.b_up), approximate="tanh")
+        return ensemble_linear(h, self.W_down, self.b_down)
+
+
+class Block(nn.Module):
+    """Pre-LN residual block (GPT-2): x + attn(ln1(x)), then x + mlp(ln2(x))."""
+
+    def __init__(self, cfg: ModelConfig, n_members: int) -> None:
+        super().__init__()
+        self.ln1 = LayerNorm(n_members, cfg.d_model)
+        self.attn = Attention(cfg, n_members)
+        # Sec. 9.1 removes the MLPs: no module at all, so no parameters and no FLOPs.
+        self.ln2 = LayerNorm(n_members, cfg.d_model) if cfg.mlp else None
+        self.mlp = MLP(cfg, n_members) if cfg.mlp else None
+        self.hook_resid_post = HookPoint()
+
+    def forward(self, x: Tensor, slow: bool = False) -> Tensor:  # x: (E, B, T, d_model)
+        x = x + self.attn(self.ln1(x), slow=slow)
+        if self.mlp is not None:
+            x = x + self.mlp(self.ln2(x))
+        return self.hook_resid_post(x)
+
+
+# ----------------------------------------------------------------------------- model
+
+
+class EnsembleTransformer(nn.Module):
+    """E independent transformers of one shape, run as one batched module (Sec. 7.1).
+
+    ``model(x)`` with x: (E, B, T, d_in) -- or (B, T, d_in), the same inputs for every
+    member -- returns (E, B, n_queries, d_out): the readout at the last n_queries positions.
+
+    Training note: to keep members independent, sum the per-member losses (e.g.
+    ``((y_hat - y) ** 2).mean(dim=(1, 2, 3)).sum()``) rather than averaging over E, and
+    clip gradients per member (:func:`clip_grad_norm_per_member_`), never jointly.
+    """
+
+    def __init__(self, config: ModelConfig, seeds: Sequence[int], *, init: bool = True) -> None:
+        """``init=False`` leaves the parameters uninitialised (to load a checkpoint into)."""
+        super().__init__()
+        seeds = tuple(seeds)
+        if not seeds or not all(_is_int(s) for s in seeds):
+            raise UsageError(f"seeds must be a non-empty sequence of integers, got {seeds!r}")
+        self.config, self.seeds = config, seeds
+        self.slow_attention = False  # True: explicit softmax on every layer (debugging, nnsight)
+        E, cfg = len(seeds), config
+
+        # A linear input projection replaces GPT-2's token embedding (inputs are vectors).
+        self.W_in = nn.Parameter(torch.empty(E, cfg.d_in, cfg.d_model))
+        self.b_in = nn.Parameter(torch.empty(E, cfg.d_model))
+        self.blocks = nn.ModuleList(Block(cfg, E) for _ in range(cfg.n_layers))
+        self.ln_f = LayerNorm(E, cfg.d_model)
+        # A linear readout at the query positions replaces the unembedding (Sec. 6).
+        self.W_readout = nn.Parameter(torch.empty(E, cfg.d_model, cfg.d_out))
+        self.b_readout = nn.Parameter(torch.empty(E, cfg.d_out))
+        if init:
+            self.reset_parameters()
+
+    @property
+    def n_members(self) -> int:
+        return len(self.seeds)
+
+    # ------------------------------------------------------------------ init
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """GPT-2 init, member by member, each from ``torch.Generator().manual_seed(seed)``.
+
+        Weights ~ N(0, 0.02); the residual output projections (attn.W_O, mlp.W_down) get
+        0.02 / sqrt(2 n_layers), because each block adds to the residual stream twice;
+        biases 0; LayerNorm weights 1. Draws happen on the CPU in a fixed parameter order,
+        so member e's weights depend on its seed only -- not on E, the device, or its
+        neighbours -- which is what makes ensembles split and merge exactly.
+        """
+        residual_std = INIT_STD / math.sqrt(2 * self.config.n_layers)
+        for e, seed in enumerate(self.seeds):
+            gen = torch.Generator().manual_seed(seed)
+            for name, p in self.named_parameters():
+                leaf = name.rsplit(".", 1)[-1]
+                if name.endswith(("ln1.weight", "ln2.weight", "ln_f.weight")):
+                    value = torch.ones(p.shape[1:])
+                elif leaf.startswith("b_") or leaf == "bias":
+                    value = torch.zeros(p.shape[1:])
+                else:
+                    std = residual_std if leaf in ("W_O", "W_down") else INIT_STD
+                    value = torch.empty(p.shape[1:]).normal_(0.0, std, generator=gen)
+                p[e].copy_(value)
+
+    # ------------------------------------------------------------------ forward
+
+    def forward(self, x: Tensor, meta: Any = None) -> Tensor:
+        """x: (E, B, T, d_in) or (B, T, d_in) -> (E, B, n_queries, d_out).
+
+        ``meta`` is not used by the forward pass; it is accepted so every entry point has
+        the same signature, and :meth:`run_with_hooks` hands it to the hook functions.
+        """
+        E, cfg = self.n_members, self.config
+        if x.ndim == 3:  # one batch for every member (e.g. a shared validation set)
+            x = x.unsqueeze(0).expand(E, -1, -1, -1)
+        if x.ndim != 4 or x.shape[0] != E or x.shape[-1] != cfg.d_in or x.shape[2] < cfg.n_queries:
+            raise UsageError(
+                f"expected inputs (E={E}, B, T>={cfg.n_queries}, d_in={cfg.d_in}), "
+                f"got {tuple(x.shape)}"
+            )
+        h = ensemble_linear(x, self.W_in, self.b_in)  # (E, B, T, d_model)
+        for block in self.blocks:
+            h = block(h, slow=self.slow_attention)
+        # Only the N query positions are read out (Sec. 6); LayerNorm is per position, so
+        # slicing before ln_f gives the same result for less work.
+        h = h[:, :, -cfg.n_queries :]  # (E, B, N, d_model)
+        return ensemble_linear(self.ln_f(h), self.W_readout, self.b_readout)  # (E, B, N, d_out)
+
+    # ------------------------------------------------------------------ hooks
+
+    def hook_points(self) -> dict[str, HookPoint]:
+        """Every hook point by name, e.g. ``blocks.0.attn.hook_pattern``."""
+        return {name: m for name, m in self.named_modules() if isinstance(m, HookPoint)}
+
+    def pattern_names(self) -> list[str]:
+        return [f"blocks.{l}.attn.hook_pattern" for l in range(self.config.n_layers)]
+
+    @contextmanager
+    def hooks(
+        self, fwd_hooks: Iterable[tuple[str, HookFn]] = (), meta: Any = None
+    ) -> Iterator[None]:
+        """Attach ``(name, fn)`` hooks for the duration of a ``with`` block.
+
+        ``fn(activation, meta=meta, hook_name=name)`` returns a replacement tensor or None
+        (keep). Hooks are removed in ``finally``, so an exception leaves the model clean.
+        """
+        points = self.hook_points()
+        handles = []
+        try:
+            for name, fn in fwd_hooks:
+                if name not in points:
+                    raise UsageError(f"no hook point {name!r}; known: {sorted(points)}")
+                handles.append(points[name].register_forward_hook(_adapt(fn, name, meta)))
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def run_with_hooks(
+        self, x: Tensor, meta: Any = None, fwd_hooks: Iterable[tuple[str, HookFn]] = ()
+    ) -> Tensor:
+        """One forward pass with ``fwd_hooks`` attached (observe or replace activations).
+
+        Patterns handed to ``fn`` are (E, B, H, T, T); a replacement may also be (B, H, T, T)
+        or (B, T, T) and is broadcast (:func:`broadcast_pattern`).
+        """
+        with self.hooks(fwd_hooks, meta):
+            return self(x, meta)
+
+    def run_with_cache(
+        self,
+        x: Tensor,
+        meta: Any = None,
+        names: Iterable[str] | Callable[[str], bool] | None = None,
+        fwd_hooks: Iterable[tuple[str, HookFn]] = (),
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """Forward pass that also returns ``{hook name: activation}`` (detached).
+
+        ``names``: a list of hook names, a predicate on names, or None for every hook point
+        (all patterns and residual streams). ``fwd_hooks`` run first, so the cache holds
+        what the model actually used -- e.g. the patterns under an ablation.
+        """
+        points = self.hook_points()
+        if names is None:
+            selected = list(points)
+        elif callable(names):
+            selected = [n for n in points if names(n)]
+        else:
+            selected = list(names)
+        cache: dict[str, Tensor] = {}
+
+        def save(activation: Tensor, hook_name: str, **_: Any) -> None:
+            cache[hook_name] = activation.detach()
+
+        hooks = list(fwd_hooks) + [(name, save) for name in selected]
+        out = self.run_with_hooks(x, meta, hooks)
+        return out, cache
+
+    # ------------------------------------------------------------------ split / merge
+
+    def member(self, e: int) -> EnsembleTransformer:
+        """An ensemble of one: a copy of member ``e`` (same device and dtype)."""
+        if not -self.n_members <= e < self.n_members:
+            raise UsageError(f"member {e} out of range for an ensemble of {self.n_members}")
+        e %= self.n_members
+        single = EnsembleTransformer(self.config, [self.seeds[e]], init=False)
+        single.slow_attention = self.slow_attention
+        state = {k: v.detach()[e : e + 1].clone() for k, v in self.state_dict().items()}
+        single.load_state_dict(state, assign=True)  # assign: keep device and dtype
+        return single
+
+    @classmethod
+    def stack(cls, models: Sequence[EnsembleTransformer]) -> EnsembleTransformer:
+        """Merge ensembles of the same config into one, members in order (inverse of member)."""
+        if not models:
+            raise UsageError("stack needs at least one model")
+        config = models[0].config
+        if any(m.config != config for m in models):
+            raise UsageError("stack needs models with the same ModelConfig")
+        merged = cls(config, [s for m in models for s in m.seeds], init=False)
+        states = [m.state_dict() for m in models]
+        state = {k: torch.cat([sd[k].detach() for sd in states], dim=0) for k in states[0]}
+        merged.load_state_dict(state, assign=True)
+        return merged
+
+
+def _adapt(fn: HookFn, name: str, meta: Any) -> Callable[[nn.Module, Any, Tensor], Tensor | None]:
+    """Turn ``fn(activation, meta=, hook_name=)`` into a PyTorch forward hook."""
+
+    def hook(module: nn.Module, inputs: Any, output: Tensor) -> Tensor | None:
+        result = fn(output, meta=meta, hook_name=name)
+        if result is not None and name.endswith("hook_pattern"):
+            # Broadcast here, not only in Attention, so later hooks (the cache) see the
+            # full (E, B, H, T, T) pattern the model is about to use.
+            result = broadcast_pattern(result, tuple(output.shape))
+            result = result.to(device=output.device, dtype=output.dtype)
+        return result
+
+    return hook
+
+
+# ----------------------------------------------------------------------------- training helpers
+
+
+@torch.no_grad()
+def clip_grad_norm_per_member_(model: EnsembleTransformer, max_norm: float) -> Tensor:
+    """Clip each member's gradient to ``max_norm`` on its own; returns the norms before, (E,).
+
+    ``torch.nn.utils.clip_grad_norm_`` on the ensemble would take one norm over all members
+    and couple them; this keeps member e identical to a model trained alone.
+    """
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if not grads:
+        return torch.zeros(model.n_members)
+    sq = torch.stack([g.float().pow(2).flatten(1).sum(dim=1) for g in grads])  # (P, E)
+    norms = sq.sum(dim=0).sqrt()  # (E,)
+    scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    for g in grads:
+        g.mul_(scale.to(g.dtype).view(-1, *([1] * (g.ndim - 1))))
+    return norms
+
+
+def count_parameters(config: ModelConfig) -> int:
+    """Parameters of one member (every weight, bias and LayerNorm gain)."""
+    d, L, dh, H = config.d_model, config.n_layers, config.head_dim, config.n_heads
+    attn = d * 3 * H * dh + 3 * H * dh + H * dh * d + d
+    mlp = (d * 4 * d + 4 * d + 4 * d * d + d) if config.mlp else 0
+    lns = 2 * d * (2 if config.mlp else 1)
+    return config.d_in * d + d + L * (attn + mlp + lns) + 2 * d + d * config.d_out + config.d_out
+
+
+def flops_per_step(config: ModelConfig, batch: int, seq_len: int, n_members: int = 1) -> float:
+    """Approximate FLOPs of one training step (forward + backward), for MFU.
+
+    Counting convention of Kaplan et al. (2020) / PaLM (Chowdhery et al., 2022, App. B):
+    a matmul with P weights costs 2 P FLOPs per token forward and 4 P backward, hence
+    6 P per token; attention adds QK^T and AV, 2 * 2 T d_head per token, head and layer
+    forward, so 12 L H d_head T per token for forward + backward. Per step::
+
+        flops = n_members * batch * (6 * (P_tok * T + P_read * N) + 12 * L * H * d_head * T * T)
+
+    where P_tok are the matmul weights applied at every position (W_in, qkv, W_O, MLP),
+    P_read = d_model * d_out is the readout applied at the N = n_queries positions only,
+    and T = seq_len. Left out: biases, LayerNorm, softmax, GELU, residual adds, the loss
+    and the optimiser -- a few percent with the MLP, more (~10-15%) for the thin MLP-free
+    model of Sec. 9.1, so MFU there is a lower bound. Slightly overcounted: W_in's backward
+    needs no input gradient (4 P, not 6 P; d_in is tiny). The causal mask is *not*
+    credited: like PaLM we count the full T x T scores although fused kernels skip the
+    masked half, so MFU is comparable with the usual numbers.
+    """
+    d, L, dh, H, T = config.d_model, config.n_layers, config.head_dim, config.n_heads, seq_len
+    per_layer = d * 3 * H * dh + H * dh * d + (8 * d * d if config.mlp else 0)
+    p_tok = config.d_in * d + L * per_layer
+    p_read = d * config.d_out
+    per_sequence = 6 * (p_tok * T + p_read * min(config.n_queries, T)) + 12 * L * H * dh * T * T
+    return float(n_members * batch * per_sequence)

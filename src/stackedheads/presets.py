@@ -1,0 +1,76 @@
+"""Every named configuration in one place.
+
+* ``paper``: Section 7.1 exactly (the Figure 4 runs; the sweep sets D, IC and layers).
+* ``sec8``: Section 8.1, transformers A-C: 12 layers, 1 head, d_model 128, D=3, 24k steps,
+  batch 128, 262,144 examples.
+* ``sec9``: Section 9.1, transformer D: 24 layers, 1 head, d_model 512, no MLP, head size 16,
+  D=4, 6,400 steps, batch 256, 262,144 examples, a checkpoint every 80 steps.
+* ``quick`` / ``sec8-quick`` / ``sec9-quick``: CPU-sized twins (see the README for how they
+  were chosen); ``smoke``: seconds, for tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from stackedheads.errors import UsageError
+from stackedheads.tasks.vectors import VectorTaskConfig
+from stackedheads.train import TrainConfig
+
+PAPER = TrainConfig(
+    task=VectorTaskConfig(chains=4, depth=5, dims=4, ic=True, n_train=2**20, n_val=4096),
+    n_layers=4, n_heads=8, d_model=128, batch_size=512, steps=10_000,
+    lr=1e-3, weight_decay=0.1, eval_every=100, ckpt_every=1000, keep_checkpoints=False,
+)
+
+QUICK = TrainConfig(
+    task=VectorTaskConfig(chains=4, depth=3, dims=4, ic=True, n_train=2**16, n_val=1024),
+    n_layers=3, n_heads=4, d_model=64, batch_size=128, steps=1500,
+    eval_every=50, ckpt_every=500, keep_checkpoints=False,
+)
+
+SMOKE = TrainConfig(
+    task=VectorTaskConfig(chains=2, depth=2, dims=4, ic=True, n_train=4096, n_val=128),
+    n_layers=2, n_heads=2, d_model=16, batch_size=32, steps=30,
+    eval_every=10, final_window=5, ckpt_every=10, keep_checkpoints=False,
+)
+
+SEC8 = TrainConfig(
+    task=VectorTaskConfig(chains=4, depth=3, dims=4, ic=True, n_train=262_144, n_val=4096),
+    n_layers=12, n_heads=1, d_model=128, batch_size=128, steps=24_000,
+    eval_every=200, ckpt_every=1000, keep_checkpoints=True, seeds=(0, 1, 2),
+)
+
+SEC8_QUICK = replace(
+    SEC8,
+    task=replace(SEC8.task, depth=2, n_train=2**16, n_val=1024),
+    n_layers=6, d_model=64, batch_size=128, steps=2500, eval_every=50, ckpt_every=250,
+)
+
+SEC9 = TrainConfig(
+    task=VectorTaskConfig(chains=4, depth=4, dims=4, ic=True, n_train=262_144, n_val=4096),
+    n_layers=24, n_heads=1, d_model=512, d_head=16, mlp=False, batch_size=256, steps=6400,
+    eval_every=80, ckpt_every=80, keep_checkpoints=True,
+)
+
+SEC9_QUICK = replace(
+    SEC9,
+    task=replace(SEC9.task, depth=3, n_train=2**16, n_val=1024),
+    n_layers=8, d_model=128, batch_size=128, steps=2500, eval_every=50, ckpt_every=50,
+)
+
+PRESETS: dict[str, TrainConfig] = {
+    "paper": PAPER,
+    "quick": QUICK,
+    "smoke": SMOKE,
+    "sec8": SEC8,
+    "sec8-quick": SEC8_QUICK,
+    "sec9": SEC9,
+    "sec9-quick": SEC9_QUICK,
+}
+
+
+def get(name: str) -> TrainConfig:
+    if name not in PRESETS:
+        raise UsageError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return PRESETS[name]

@@ -1,0 +1,86 @@
+"""The command line as a user meets it: real subprocesses, exit codes, one-line errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+CLI = [sys.executable, "-m", "stackedheads.cli"]
+
+
+def run(*args, **kw):
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, **kw)
+
+
+def test_help_everywhere():
+    for args in ([], ["--help"], ["prompts", "--help"], ["theory", "--help"], ["reproduce", "--help"]):
+        r = run(*args)
+        assert r.returncode == 0, (args, r.stderr)
+        assert "Usage" in r.stdout
+
+
+def test_prompts_jsonl_is_deterministic(tmp_path):
+    args = ["prompts", "--formulation", "lives-with", "--depth", "3", "--chains", "3", "--n", "4", "--seed", "9"]
+    a, b = run(*args), run(*args)
+    assert a.returncode == 0 and a.stdout == b.stdout
+    rows = [json.loads(line) for line in a.stdout.splitlines()]
+    assert len(rows) == 4
+    for r in rows:
+        assert {"prompt", "answer", "acceptable", "formulation", "depth", "chains", "seed"} <= set(r)
+        assert r["depth"] == 3 and r["chains"] == 3 and r["answer"] in r["acceptable"]
+    out = tmp_path / "q.jsonl"
+    assert run(*args, "--out", str(out)).returncode == 0
+    assert out.read_text() == a.stdout
+
+
+def test_theory_json_keys():
+    r = run("theory", "--max-depth", "4", "--json")
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [x["depth"] for x in rows] == [1, 2, 3, 4]
+    for x in rows:
+        assert set(x) == {"depth", "paper_bound", "min_layers", "min_layers_causal", "min_layers_causal_per_position"}
+        assert len(x["min_layers_causal_per_position"]) == x["depth"]
+
+
+def test_theory_out_writes_plot(tmp_path):
+    r = run("theory", "--max-depth", "3", "--out", str(tmp_path))
+    assert r.returncode == 0
+    assert (tmp_path / "theory.png").stat().st_size > 0 and (tmp_path / "theory.svg").exists()
+    assert "┃" in r.stdout  # the table
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["prompts", "--formulation", "nope"],
+        ["prompts", "--formulation", "equations", "--depth", "0"],
+        ["prompts", "--formulation", "lives-with", "--chains", "10000"],
+        ["prompts", "--formulation", "functions", "--depth", "3"],
+        ["prompts", "--formulation", "equations", "--n", "0"],
+        ["theory", "--max-depth", "0"],
+        ["theory", "--max-depth", "x"],
+        ["theory", "--no-such-option"],
+        ["reproduce", "--preset", "huge"],
+        ["no-such-verb"],
+    ],
+)
+def test_bad_input_is_one_line_exit_2(args):
+    r = run(*args)
+    assert r.returncode == 2, r
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("stackedheads: error:"), r.stderr
+
+
+def test_reproduce_smoke_resumes(tmp_path):
+    out = tmp_path / "run"
+    r = run("reproduce", "--preset", "smoke", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert {"theory", "prompts"} <= set(summary["stages"])
+    assert (out / "theory" / "theory.png").exists() and (out / "prompts" / "equations.jsonl").exists()
+    before = (out / "prompts" / "equations.jsonl").stat().st_mtime_ns
+    r = run("reproduce", "--preset", "smoke", "--out", str(out))
+    assert "already done" in r.stderr
+    assert (out / "prompts" / "equations.jsonl").stat().st_mtime_ns == before

@@ -1,0 +1,353 @@
+"""Tests for stackedheads.model: shapes, attention paths, hooks, ensembles, config, FLOPs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from stackedheads.errors import UsageError
+from stackedheads.model import (
+    EnsembleTransformer,
+    ModelConfig,
+    broadcast_pattern,
+    clip_grad_norm_per_member_,
+    count_parameters,
+    flops_per_step,
+)
+
+# Tiny shapes: N=2 queries, T=10, K=3 -> d_in 6, D=2 -> d_out 6 (IC).
+TINY = ModelConfig(d_in=6, d_out=6, n_queries=2, n_layers=2, n_heads=4, d_model=32)
+T = 10
+
+
+def inputs(E: int, B: int = 3, seed: int = 0, cfg: ModelConfig = TINY) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(E, B, T, cfg.d_in, generator=g)
+
+
+def params_equal(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    pa, pb = dict(a.named_parameters()), dict(b.named_parameters())
+    return pa.keys() == pb.keys() and all(torch.equal(pa[k], pb[k]) for k in pa)
+
+
+# ----------------------------------------------------------------------------- shapes
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        TINY,
+        ModelConfig(
+            d_in=6, d_out=6, n_queries=2, n_layers=3, n_heads=1, d_model=32, d_head=8, mlp=False
+        ),
+        ModelConfig(d_in=6, d_out=3, n_queries=2, n_layers=1, n_heads=3, d_model=32, d_head=5),
+    ],
+)
+def test_shapes_and_parameter_count(cfg: ModelConfig) -> None:
+    model = EnsembleTransformer(cfg, seeds=[3, 4])
+    out = model(inputs(2, cfg=cfg))
+    assert out.shape == (2, 3, cfg.n_queries, cfg.d_out)
+    assert model.blocks[0].attn.W_qkv.shape == (2, cfg.d_model, 3 * cfg.n_heads * cfg.head_dim)
+    assert model.blocks[0].attn.W_O.shape == (2, cfg.n_heads * cfg.head_dim, cfg.d_model)
+    assert model.W_in.shape == (2, cfg.d_in, cfg.d_model)
+    assert model.ln_f.weight.shape == (2, cfg.d_model)
+    assert (model.blocks[0].mlp is None) == (not cfg.mlp)
+    assert sum(p.numel() for p in model.parameters()) == 2 * count_parameters(cfg)
+
+
+def test_shared_inputs_broadcast_to_every_member() -> None:
+    model = EnsembleTransformer(TINY, seeds=[0, 1])
+    x = inputs(1)[0]  # (B, T, d_in)
+    torch.testing.assert_close(model(x), model(x.expand(2, -1, -1, -1)))
+
+
+def test_bad_inputs_raise_usage_error() -> None:
+    model = EnsembleTransformer(TINY, seeds=[0, 1])
+    with pytest.raises(UsageError):
+        model(inputs(3))  # wrong E
+    with pytest.raises(UsageError):
+        model(torch.randn(2, 3, T, TINY.d_in + 1))
+    with pytest.raises(UsageError):
+        model(torch.randn(2, 3, 1, TINY.d_in))  # fewer positions than queries
+
+
+def test_init_follows_gpt2() -> None:
+    model = EnsembleTransformer(ModelConfig(n_layers=4, d_model=64), seeds=[0])
+    assert torch.all(model.blocks[0].ln1.weight == 1) and torch.all(model.blocks[0].attn.b_qkv == 0)
+    assert model.W_in.std().item() == pytest.approx(0.02, rel=0.1)
+    assert model.blocks[1].mlp.W_up.std().item() == pytest.approx(0.02, rel=0.05)
+    residual = 0.02 / (2 * 4) ** 0.5
+    assert model.blocks[1].mlp.W_down.std().item() == pytest.approx(residual, rel=0.05)
+    assert model.blocks[1].attn.W_O.std().item() == pytest.approx(residual, rel=0.05)
+
+
+# ----------------------------------------------------------------------------- attention paths
+
+
+def test_fast_path_equals_slow_path() -> None:
+    model = EnsembleTransformer(TINY, seeds=[0, 1, 2])
+    x = inputs(3)
+    fast = model(x)
+    model.slow_attention = True
+    slow = model(x)
+    torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-5)
+
+
+def test_only_observed_layers_leave_the_fused_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    fused = F.scaled_dot_product_attention
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return fused(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", counting)
+    model = EnsembleTransformer(TINY, seeds=[0])
+    model(inputs(1))
+    assert len(calls) == TINY.n_layers
+    calls.clear()
+    model.run_with_cache(inputs(1), names=["blocks.0.attn.hook_pattern"])
+    assert len(calls) == TINY.n_layers - 1
+    calls.clear()
+    model.run_with_cache(inputs(1), names=lambda n: n.endswith("hook_resid_post"))
+    assert len(calls) == TINY.n_layers  # residual hooks do not force the slow path
+
+
+@pytest.mark.parametrize("slow", [False, True])
+def test_causal(slow: bool) -> None:
+    model = EnsembleTransformer(TINY, seeds=[0, 1])
+    model.slow_attention = slow
+    x = inputs(2)
+    t = 4
+    y = x.clone()
+    y[:, :, t + 1 :] += torch.randn_like(y[:, :, t + 1 :])
+    names = [f"blocks.{l}.hook_resid_post" for l in range(TINY.n_layers)]
+    _, cx = model.run_with_cache(x, names=names)
+    _, cy = model.run_with_cache(y, names=names)
+    for name in names:
+        torch.testing.assert_close(cx[name][:, :, : t + 1], cy[name][:, :, : t + 1])
+        assert not torch.allclose(cx[name][:, :, t + 1 :], cy[name][:, :, t + 1 :])
+
+
+def test_cached_patterns_are_causal_distributions() -> None:
+    model = EnsembleTransformer(TINY, seeds=[0, 1])
+    out, cache = model.run_with_cache(inputs(2))
+    torch.testing.assert_close(out, model(inputs(2)))
+    for name in model.pattern_names():
+        p = cache[name]
+        assert p.shape == (2, 3, TINY.n_heads, T, T)
+        assert not p.requires_grad
+        assert torch.all(p.triu(diagonal=1) == 0)
+        torch.testing.assert_close(p.sum(-1), torch.ones(2, 3, TINY.n_heads, T))
+    assert set(cache) == set(model.hook_points())
+
+
+# ----------------------------------------------------------------------------- hooks
+
+
+def uniform_causal(B: int, T: int) -> torch.Tensor:  # (B, T, T): uniform over allowed keys
+    lower = torch.ones(T, T).tril()
+    return (lower / lower.sum(-1, keepdim=True)).expand(B, T, T)
+
+
+def test_replacing_a_pattern_with_itself_reproduces_the_output() -> None:
+    model = EnsembleTransformer(TINY, seeds=[0, 1])
+    x = inputs(2)
+    _, cache = model.run_with_cache(x)
+    hooks = [(n, lambda p, hook_name, **_: cache[hook_name]) for n in model.pattern_names()]
+    out = model.run_with_hooks(x, fwd_hooks=hooks)
+    torch.testing.assert_close(out, model(x), atol=1e-5, rtol=1e-5)
+
+
+def test_replacement_changes_output_and_broadcasts() -> None:
+    model = EnsembleTransformer(TINY, seeds=[0, 1])
+    x, B, E, H = inputs(2), 3, 2, TINY.n_heads
+    name = "blocks.1.attn.hook_pattern"
+    base = model(x)
+    u = uniform_causal(B, T)
+    outs = [
+        model.run_with_hooks(x, fwd_hooks=[(name, lambda p, **_: pat)])
+        for pat in (u, u[:, None].expand(B, H, T, T), u[None, :, None].expand(E, B, H, T, T))
+    ]
+    assert not torch.allclose(outs[0], base, atol=1e-4)
+    torch.testing.assert_close(outs[0], outs[1])
+    torch.testing.assert_close(outs[0], outs[2])
+    # identity: every position attends to itself only
+    eye = torch.eye(T).expand(B, T, T)
+    out = model.run_with_hooks(x, fwd_hooks=[(name, lambda p, **_: eye)])
+    assert not torch.allclose(out, base, atol=1e-4)
+    # the cache under a replacement holds what the model used
+    _, cache = model.run_with_cache(x, names=[name], fwd_hooks=[(name, lambda p, **_: eye)])
+    torch.testing.assert_close(cache[name], eye[None, :, None].expand(E, B, H, T, T))
+
+
+def test_hook_gets_meta_and_name_and_none_keeps() -> None:
+    model = EnsembleTransformer(TINY, seeds=[0])
+    x, meta, seen = inputs(1), object(), []
+
+    def observe(pattern, meta, hook_name):
+        seen.append((pattern.shape, meta, hook_name))
+        return None
+
+    out = model.run_with_hooks(x, meta=meta, fwd_hooks=[("blocks.0.attn.hook_pattern", observe)])
+    torch.testing.assert_close(out, model(x), atol=1e-5, rtol=1e-5)
+    assert seen == [((1, 3, TINY.n_heads, T, T), meta, "blocks.0.attn.hook_pattern")]
+
+
+def test_hooks_are_removed_even_after_an_error() -> None:
+    model = EnsembleTransformer(TINY, seeds=[0])
+
+    def boom(pattern, **_):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        model.run_with_hooks(inputs(1), fwd_hooks=[("blocks.0.attn.hook_pattern", boom)])
+    assert not any(hp._forward_hooks for hp in model.hook_points().values())
+    with pytest.raises(UsageError):
+        model.run_with_hooks(inputs(1), fwd_hooks=[("blocks.9.attn.hook_pattern", boom)])
+    with pytest.raises(UsageError):
+        broadcast_pattern(torch.ones(T, T), (1, 3, 4, T, T))
+    with pytest.raises(UsageError):
+        wrong_batch = lambda p, **_: torch.ones(7, T, T)  # noqa: E731
+        model.run_with_hooks(inputs(1), fwd_hooks=[("blocks.0.attn.hook_pattern", wrong_batch)])
+    assert not any(hp._forward_hooks for hp in model.hook_points().values())
+
+
+# ----------------------------------------------------------------------------- ensembles
+
+
+def test_member_equals_standalone_model() -> None:
+    seeds = [11, 22, 33]
+    ens = EnsembleTransformer(TINY, seeds)
+    x = inputs(3)
+    out = ens(x)
+    for e, seed in enumerate(seeds):
+        alone = EnsembleTransformer(TINY, [seed])
+        assert params_equal(ens.member(e), alone)
+        torch.testing.assert_close(alone(x[e : e + 1]), out[e : e + 1], atol=1e-6, rtol=1e-5)
+    assert not torch.equal(ens.W_in[0], ens.W_in[1])
+
+
+def test_stack_and_member_are_inverse() -> None:
+    ens = EnsembleTransformer(TINY, [5, 6, 7])
+    back = EnsembleTransformer.stack([ens.member(i) for i in range(3)])
+    assert back.seeds == (5, 6, 7) and params_equal(back, ens)
+    parts = [EnsembleTransformer(TINY, [5]), EnsembleTransformer(TINY, [6, 7])]
+    merged = EnsembleTransformer.stack(parts)
+    assert params_equal(merged, ens)
+    assert params_equal(ens.member(-1), ens.member(2))
+    with pytest.raises(UsageError):
+        EnsembleTransformer.stack([ens, EnsembleTransformer(ModelConfig(), [1])])
+    with pytest.raises(UsageError):
+        ens.member(3)
+
+
+def train(model: EnsembleTransformer, xs: torch.Tensor, ys: torch.Tensor) -> list[torch.Tensor]:
+    """AdamW (Sec. 7.1 settings); per-member MSE summed over members; per-member clipping."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
+    losses = []
+    for step in range(xs.shape[0]):
+        per_member = ((model(xs[step]) - ys[step]) ** 2).mean(dim=(1, 2, 3))  # (E,)
+        opt.zero_grad()
+        per_member.sum().backward()
+        clip_grad_norm_per_member_(model, max_norm=0.5)
+        opt.step()
+        losses.append(per_member.detach())
+    return losses
+
+
+def test_ensemble_training_matches_models_trained_alone() -> None:
+    seeds, steps, B = [0, 1, 2], 20, 4
+    g = torch.Generator().manual_seed(123)
+    xs = torch.randn(steps, 3, B, T, TINY.d_in, generator=g)  # different data per member
+    ys = xs[..., -TINY.n_queries :, :] ** 2  # learnable: square the query inputs
+    ens = EnsembleTransformer(TINY, seeds)
+    ens_losses = torch.stack(train(ens, xs, ys))  # (steps, E)
+    assert ens_losses[-1].mean() < ens_losses[0].mean()
+    for e, seed in enumerate(seeds):
+        alone = EnsembleTransformer(TINY, [seed])
+        alone_losses = torch.stack(train(alone, xs[:, e : e + 1], ys[:, e : e + 1]))[:, 0]
+        torch.testing.assert_close(alone_losses, ens_losses[:, e], atol=1e-5, rtol=1e-5)
+        for (name, p), q in zip(alone.named_parameters(), ens.member(e).parameters()):
+            torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_clip_grad_norm_per_member() -> None:
+    ens = EnsembleTransformer(TINY, [0, 1])
+    x = inputs(2)
+    (ens(x) * torch.tensor([1.0, 100.0]).view(2, 1, 1, 1)).sum().backward()
+    before = clip_grad_norm_per_member_(ens, max_norm=1.0)
+    assert before[1] > 10 * before[0]
+    after = clip_grad_norm_per_member_(ens, max_norm=1e9)
+    torch.testing.assert_close(after, torch.minimum(before, torch.ones(2)), rtol=1e-4, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- nnsight
+
+
+def test_nnsight_traces_the_model_unchanged() -> None:
+    nnsight = pytest.importorskip("nnsight")
+    model = EnsembleTransformer(TINY, seeds=[0, 1])
+    x = inputs(2)
+    traced = nnsight.NNsight(model)
+    with traced.trace(x):
+        out = traced.output.save()
+    torch.testing.assert_close(out, model(x))
+    model.slow_attention = True  # patterns exist only on the slow path
+    with traced.trace(x):
+        pattern = traced.blocks[1].attn.hook_pattern.output.save()
+    _, cache = model.run_with_cache(x, names=["blocks.1.attn.hook_pattern"])
+    torch.testing.assert_close(pattern, cache["blocks.1.attn.hook_pattern"])
+
+
+# ----------------------------------------------------------------------------- config and FLOPs
+
+
+def test_config_json_round_trip() -> None:
+    for cfg in (TINY, ModelConfig(n_layers=24, n_heads=1, d_model=512, d_head=16, mlp=False)):
+        again = ModelConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
+        assert again == cfg
+    assert ModelConfig().head_dim == 16
+    assert ModelConfig(n_heads=1, d_model=512, d_head=16).head_dim == 16
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"d_model": 130, "n_heads": 8},
+        {"n_layers": 0},
+        {"n_heads": 0},
+        {"d_head": 0},
+        {"d_in": -1},
+        {"n_queries": 0},
+        {"n_layers": 2.5},
+        {"n_layers": True},
+        {"mlp": "yes"},
+    ],
+)
+def test_bad_config_raises_usage_error(kwargs: dict) -> None:
+    with pytest.raises(UsageError):
+        ModelConfig(**kwargs)
+
+
+def test_other_usage_errors() -> None:
+    ModelConfig(d_model=130, n_heads=8, d_head=16)  # explicit d_head lifts divisibility
+    with pytest.raises(UsageError):
+        ModelConfig.from_dict({"n_layer": 2})
+    with pytest.raises(UsageError):
+        EnsembleTransformer(TINY, seeds=[])
+
+
+def test_flops_per_step() -> None:
+    cfg, B, L, d, H, dh = TINY, 8, TINY.n_layers, TINY.d_model, TINY.n_heads, TINY.head_dim
+    p_tok = cfg.d_in * d + L * (4 * d * H * dh + 8 * d * d)
+    expected = B * (6 * (p_tok * T + d * cfg.d_out * cfg.n_queries) + 12 * L * H * dh * T * T)
+    assert flops_per_step(cfg, B, T) == expected
+    assert flops_per_step(cfg, B, T, n_members=3) == 3 * expected
+    no_mlp = ModelConfig(**{**cfg.to_dict(), "mlp": False})
+    assert flops_per_step(no_mlp, B, T) == expected - B * 6 * L * 8 * d * d * T
+    # matmul weights are most of the parameters: 6 * params * tokens is a close lower bound
+    assert 0.9 < 6 * count_parameters(cfg) * B / flops_per_step(cfg, B, 1) < 1.1
