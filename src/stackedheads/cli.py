@@ -81,6 +81,111 @@ def theory_cmd(
             console.print(f"wrote {p}")
 
 
+def _progress(description: str):
+    """A rich progress bar on stderr; returns (context manager, callback(step, total))."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    bar = Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False,
+    )
+    tasks: dict[str, int] = {}
+
+    def factory(name: str):
+        def update(step: int, total: int) -> None:
+            if name not in tasks:
+                tasks[name] = bar.add_task(name, total=total, completed=step - 1)
+            bar.update(tasks[name], completed=step)
+
+        return update
+
+    return bar, factory
+
+
+def _seeds(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise UsageError(f"--seeds must be comma-separated integers, got {text!r}") from None
+
+
+@app.command("train")
+def train_cmd(
+    out: Path = typer.Option(..., "--out", "-o", help="Run folder; running again resumes it."),
+    preset: str = typer.Option("quick", "--preset", "-p", help="paper, quick, smoke, sec8, sec8-quick, sec9, sec9-quick."),
+    layers: Optional[int] = typer.Option(None, "--layers", help="Transformer layers."),
+    heads: Optional[int] = typer.Option(None, "--heads", help="Attention heads per layer."),
+    d_model: Optional[int] = typer.Option(None, "--d-model", help="Residual stream width."),
+    d_head: Optional[int] = typer.Option(None, "--d-head", help="Head size (default d_model / heads)."),
+    no_mlp: bool = typer.Option(False, "--no-mlp", help="Remove the MLPs (Section 9.1)."),
+    depth: Optional[int] = typer.Option(None, "--depth", help="Retrieval steps D."),
+    chains: Optional[int] = typer.Option(None, "--chains", help="Chains N."),
+    dims: Optional[int] = typer.Option(None, "--dims", help="Symbol dimensions K (even)."),
+    ic: Optional[bool] = typer.Option(None, "--ic/--no-ic", help="Implicit curriculum targets x_1..x_D, or x_D only."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Sequences per step and model."),
+    steps: Optional[int] = typer.Option(None, "--steps", help="Training steps."),
+    n_train: Optional[int] = typer.Option(None, "--n-train", help="Size of the finite training set."),
+    lr: Optional[float] = typer.Option(None, "--lr", help="AdamW learning rate."),
+    weight_decay: Optional[float] = typer.Option(None, "--weight-decay", help="Decoupled weight decay."),
+    seeds: Optional[str] = typer.Option(None, "--seeds", help="Comma-separated seeds, trained together as an ensemble."),
+    eval_every: Optional[int] = typer.Option(None, "--eval-every", help="Validate every this many steps."),
+    ckpt_every: Optional[int] = typer.Option(None, "--ckpt-every", help="Checkpoint every this many steps."),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="float32 or bfloat16 (autocast)."),
+) -> None:
+    """Train an ensemble of GPT-2-style transformers on the vector task (Section 7.1)."""
+    from dataclasses import replace
+
+    from stackedheads import presets
+    from stackedheads.train import train
+
+    base = presets.get(preset)
+    task_over = {"depth": depth, "chains": chains, "dims": dims, "ic": ic, "n_train": n_train}
+    task = replace(base.task, **{k: v for k, v in task_over.items() if v is not None})
+    over = {
+        "n_layers": layers, "n_heads": heads, "d_model": d_model, "d_head": d_head,
+        "batch_size": batch_size, "steps": steps, "lr": lr, "weight_decay": weight_decay,
+        "eval_every": eval_every, "ckpt_every": ckpt_every, "device": device, "dtype": dtype,
+        "seeds": _seeds(seeds) if seeds is not None else None, "mlp": False if no_mlp else None,
+    }
+    cfg = replace(base, task=task, **{k: v for k, v in over.items() if v is not None})
+    bar, factory = _progress(f"train {out.name}")
+    with bar:
+        summary = train(cfg, out, progress=factory(f"train {out.name}"))
+    table = Table(title=f"final validation loss (mean over the last {cfg.final_window} steps)")
+    table.add_column("seed", justify="right")
+    table.add_column("val loss", justify="right")
+    parts = list(next(iter(summary["seeds"].values()))["final_partial"])
+    for p in parts:
+        table.add_column(p, justify="right")
+    for seed, s in summary["seeds"].items():
+        table.add_row(seed, f"{s['final_val_loss']:.4f}", *(f"{s['final_partial'][p]:.4f}" for p in parts))
+    Console().print(table)
+    console.print(f"run folder: {out}")
+
+
+sweep_app = typer.Typer(help="Grids of training runs (Figure 4).", no_args_is_help=True)
+app.add_typer(sweep_app, name="sweep")
+
+
+@sweep_app.command("figure4")
+def sweep_figure4_cmd(
+    out: Path = typer.Option(..., "--out", "-o", help="Sweep folder; running again skips finished runs."),
+    preset: str = typer.Option("quick", "--preset", "-p", help="paper (128 runs), quick or smoke."),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="float32 or bfloat16 (autocast)."),
+) -> None:
+    """IC vs non-IC over layers x seeds: summary.csv, Figure 4 and the claims of Section 7.2."""
+    from stackedheads import sweep
+
+    spec = sweep.figure4_spec(preset, device=device, dtype=dtype)
+    bar, factory = _progress("figure4")
+    with bar:
+        result = sweep.run_figure4(spec, out, sweep.LocalExecutor(progress_factory=lambda job: factory(job.name)))
+    Console().print(sweep.claims_table(result))
+    console.print(f"summary: {out / 'summary.csv'}  claims: {out / 'claims.json'}  figure: {out / 'figure4.png'}")
+
+
 @app.command("reproduce")
 def reproduce_cmd(
     preset: str = typer.Option("quick", "--preset", "-p", help="smoke, quick or paper."),

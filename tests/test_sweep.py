@@ -1,0 +1,119 @@
+import csv
+import json
+
+import pytest
+
+from stackedheads import sweep
+from stackedheads.errors import UsageError
+
+
+def row(form, layers, seed, final, parts=(), cross=(), depth=2, chains=4):
+    r = {"formulation": form, "depth": depth, "chains": chains, "layers": layers, "seed": seed,
+         "final_val_loss": final, "run": f"{form}-L{layers}"}
+    for j, v in enumerate(parts, start=1):
+        r[f"final_val_x{j}"] = v
+    for j, v in enumerate(cross, start=1):
+        r[f"cross_val_x{j}"] = v
+    return r
+
+
+def paper_like_rows():
+    return [
+        row("non-ic", 1, 0, 0.76), row("non-ic", 2, 0, 0.75),
+        row("ic", 1, 0, 0.76, parts=(0.77, 0.75), cross=(None, None)),
+        row("ic", 2, 0, 0.40, parts=(0.05, 0.75), cross=(300, None)),
+        row("ic", 3, 0, 0.05, parts=(0.04, 0.06), cross=(250, 600)),
+    ]
+
+
+def test_claims_pass_on_paper_like_results():
+    c = sweep.claims(paper_like_rows())
+    assert c["C1"]["pass"] and c["C1"]["failing"] == []
+    assert c["C2"]["pass"]
+    assert c["C2"]["in_order"] == ["ic-L2/seed0", "ic-L3/seed0"]
+    assert c["C2"]["no_position_crosses"] == ["ic-L1/seed0"]
+    assert c["C3"]["pass"] and c["C3"]["layers_needed"] == {"x1": 2, "x2": 3}
+    assert c["C3"]["theory_causal_min_layers"] == {"x1": 2, "x2": 3}
+
+
+def test_c1_fails_when_a_non_ic_run_learns():
+    rows = paper_like_rows() + [row("non-ic", 3, 1, 0.2)]
+    c1 = sweep.claims(rows)["C1"]
+    assert not c1["pass"] and c1["failing"] == ["non-ic-L3/seed1"]
+
+
+def test_c1_threshold_scales_with_the_plateau():
+    assert sweep.non_ic_floor(4) == pytest.approx(0.7)
+    assert sweep.non_ic_floor(2) == pytest.approx(0.7 / 0.75 * 0.5)
+    # 0.49 is on the N=2 plateau (0.5) but below the N=4 threshold: it must pass for N=2 only.
+    assert sweep.claims([row("non-ic", 1, 0, 0.49, chains=2)])["C1"]["pass"]
+    assert not sweep.claims([row("non-ic", 1, 0, 0.49, chains=4)])["C1"]["pass"]
+
+
+def test_c2_fails_on_out_of_order_crossings():
+    rows = paper_like_rows() + [row("ic", 3, 1, 0.1, parts=(0.1, 0.1), cross=(500, 400))]
+    c2 = sweep.claims(rows)["C2"]
+    assert not c2["pass"] and c2["out_of_order"] == ["ic-L3/seed1"]
+    # A later position crossing while an earlier one never does is out of order too.
+    c2 = sweep.claims([row("ic", 3, 0, 0.4, parts=(0.7, 0.1), cross=(None, 300))])["C2"]
+    assert not c2["pass"]
+
+
+def test_c2_needs_evidence():
+    c2 = sweep.claims([row("ic", 1, 0, 0.76, parts=(0.77, 0.75), cross=(None, None))])["C2"]
+    assert not c2["pass"] and c2["in_order"] == []
+
+
+def test_c3_fails_when_later_positions_need_no_more_layers():
+    rows = [
+        row("ic", 1, 0, 0.7, parts=(0.7, 0.7), cross=(None, None)),
+        row("ic", 2, 0, 0.1, parts=(0.1, 0.1), cross=(300, 300)),
+    ]
+    c3 = sweep.claims(rows)["C3"]
+    assert c3["layers_needed"] == {"x1": 2, "x2": 2} and not c3["pass"]
+
+
+def test_crossing_steps():
+    rows = [{"seed": 0, "step": s, "val_x1": v1, "val_x2": v2} for s, v1, v2 in [(10, 0.9, 0.9), (20, 0.4, 0.8), (30, 0.3, 0.45)]]
+    assert sweep.crossing_steps(rows, 0, ["val_x1", "val_x2"]) == {"val_x1": 20, "val_x2": 30}
+
+
+def test_figure4_smoke_end_to_end_and_resume(tmp_path):
+    spec = sweep.figure4_spec("smoke")
+    result = sweep.run_figure4(spec, tmp_path)
+    assert set(result) == {"C1", "C2", "C3"}
+    with open(tmp_path / "summary.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(spec.layers) * len(spec.seeds) * 2
+    assert {"formulation", "depth", "layers", "seed", "final_val_loss", "final_val_x1"} <= set(rows[0])
+    assert {r["formulation"] for r in rows} == {"ic", "non-ic"}
+    for ext in ("png", "svg"):
+        assert (tmp_path / f"figure4.{ext}").stat().st_size > 1000
+    assert json.loads((tmp_path / "claims.json").read_text()) == json.loads(json.dumps(result))
+    # A second run trains nothing: every run folder is complete.
+    stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/summary.json")}
+    sweep.run_figure4(spec, tmp_path)
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/summary.json")} == stamps
+
+
+def test_other_spec_in_same_folder_is_refused(tmp_path):
+    sweep.run_figure4(sweep.figure4_spec("smoke"), tmp_path)
+    with pytest.raises(UsageError):
+        sweep.run_figure4(sweep.figure4_spec("quick"), tmp_path)
+
+
+def test_unknown_preset():
+    with pytest.raises(UsageError):
+        sweep.figure4_spec("huge")
+
+
+def test_paper_spec_is_section_7_1():
+    spec = sweep.figure4_spec("paper")
+    jobs = spec.jobs()
+    assert len(jobs) == 16 and sum(len(j.config.seeds) for j in jobs) == 128
+    ic = [j for j in jobs if j.formulation == "ic"]
+    assert {j.config.task.depth for j in ic} == {5}
+    assert {j.config.task.depth for j in jobs if j.formulation == "non-ic"} == {3}
+    c = ic[0].config
+    assert (c.n_heads, c.d_model, c.batch_size, c.steps, c.lr, c.weight_decay) == (8, 128, 512, 10_000, 1e-3, 0.1)
+    assert c.task.n_train == 2**20 and c.task.chains == 4 and c.task.dims == 4
