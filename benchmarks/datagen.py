@@ -16,6 +16,7 @@ import time
 import torch
 
 from stackedheads.model import EnsembleTransformer, ModelConfig
+from stackedheads.perf import keep_freed_memory
 from stackedheads.tasks.vectors import VectorTaskConfig, batch_indices, make_batch
 
 
@@ -35,6 +36,7 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=20)
     args = ap.parse_args()
+    keep_freed_memory()  # as train() does
 
     task = VectorTaskConfig(depth=args.depth)
     cache: dict = {}

@@ -12,8 +12,10 @@ and reports model-steps per second (one model-step = one AdamW step of one model
   the benchmark checks first that it has the same parameter count and gives the same outputs.
 
 Both engines see the same pre-generated batches (``member_batches``, generated once up front),
-so only the model step is timed. Sizes: ``presets.QUICK`` (d_model 64, 4 heads, 3 layers, batch
-128, D=3, N=4, K=4 -> T=28) and ``presets.PAPER`` (d_model 128, 8 heads, 4 layers, batch 512,
+so only the model step is timed. Both engines run with the allocator setting that ``train``
+applies (``stackedheads.perf.keep_freed_memory``: without it, page faults on the activations
+cost more than the arithmetic at paper sizes). Sizes: ``presets.QUICK`` (d_model 64, 4 heads,
+3 layers, batch 128, D=2, N=2, K=4 -> T=10) and ``presets.PAPER`` (d_model 128, 8 heads, 4 layers, batch 512,
 D=5, N=4, K=4 -> T=44); float32 and bfloat16 (``torch.autocast("cpu", dtype=torch.bfloat16)``
 around the forward pass for both engines, as in ``train.py``). Warm-up steps are not timed; the
 timed steps run in a few rounds that alternate the engines, and each engine keeps its best
@@ -53,6 +55,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from stackedheads import presets
+from stackedheads.perf import keep_freed_memory
 from stackedheads.model import EnsembleTransformer, ModelConfig, count_parameters, flops_per_step
 from stackedheads.train import DTYPES, TrainConfig, member_batches
 
@@ -317,7 +320,10 @@ def sizes(quick: bool) -> list[Size]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="quick sizes only, fewer steps (< 1 min)")
+    ap.add_argument("--default-malloc", action="store_true", help="skip keep_freed_memory (to see what it saves)")
     args = ap.parse_args()
+    if not args.default_malloc:
+        keep_freed_memory()
 
     peaks = {name: matmul_peak(DTYPES[name]) for name in ("float32", "bfloat16")}
     print(
@@ -355,6 +361,7 @@ def main() -> None:
         "matmul_peak_bf16_gflops": peaks["bfloat16"] / 1e9,
         "threads": torch.get_num_threads(),
         "quick": args.quick,
+        "keep_freed_memory": not args.default_malloc,
         "rows": rows,
     }
     print(json.dumps(result))

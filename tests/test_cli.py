@@ -78,7 +78,8 @@ def test_reproduce_smoke_resumes(tmp_path):
     r = run("reproduce", "--preset", "smoke", "--out", str(out))
     assert r.returncode == 0, r.stderr
     summary = json.loads((out / "summary.json").read_text())
-    assert {"theory", "prompts"} <= set(summary["stages"])
+    assert {"theory", "prompts", "figure4"} <= set(summary["stages"])
+    assert (out / "figure4" / "claims.json").exists() and (out / "figure4" / "figure4.png").exists()
     assert (out / "theory" / "theory.png").exists() and (out / "prompts" / "equations.jsonl").exists()
     before = (out / "prompts" / "equations.jsonl").stat().st_mtime_ns
     r = run("reproduce", "--preset", "smoke", "--out", str(out))

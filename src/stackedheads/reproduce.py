@@ -4,7 +4,8 @@ Each stage writes its own sub-folder and a ``done.json`` marker last, so re-runn
 is finished and redoes only an interrupted stage. Stages grow as the project does; today:
 
 1. ``theory``  -- the information-flow table and plot (Section 5, Appendix B);
-2. ``prompts`` -- sample questions of the five formulations (Section 4, Appendix A).
+2. ``prompts`` -- sample questions of the five formulations (Section 4, Appendix A);
+3. ``figure4`` -- the IC vs non-IC sweep over layers and seeds, with claims C1-C3 (Section 7).
 """
 
 from __future__ import annotations
@@ -51,6 +52,13 @@ def stage_theory(preset: ReproducePreset, out: Path) -> dict:
     return {"rows": len(rows), "figures": figures}
 
 
+def stage_figure4(preset: ReproducePreset, out: Path) -> dict:
+    from stackedheads import sweep
+
+    result = sweep.run_figure4(sweep.figure4_spec(preset.name), out)
+    return {"claims": {k: v["pass"] for k, v in result.items()}}
+
+
 def stage_prompts(preset: ReproducePreset, out: Path) -> dict:
     counts = {}
     for form in prompts.FORMULATIONS:
@@ -65,6 +73,7 @@ def stage_prompts(preset: ReproducePreset, out: Path) -> dict:
 STAGES: list[tuple[str, Callable[[ReproducePreset, Path], dict]]] = [
     ("theory", stage_theory),
     ("prompts", stage_prompts),
+    ("figure4", stage_figure4),
 ]
 
 
