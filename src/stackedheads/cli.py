@@ -174,14 +174,25 @@ def sweep_figure4_cmd(
     preset: str = typer.Option("quick", "--preset", "-p", help="paper (128 runs), quick or smoke."),
     device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="float32 or bfloat16 (autocast)."),
+    executor: str = typer.Option("local", "--executor", help="local (in-process) or ray."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address, or 'auto'; default: a local cluster."),
+    ray_cpus_per_job: float = typer.Option(1.0, "--ray-cpus-per-job", help="CPUs each Ray task asks for."),
 ) -> None:
     """IC vs non-IC over layers x seeds: summary.csv, Figure 4 and the claims of Section 7.2."""
     from stackedheads import sweep
+    from stackedheads.executors import make_executor
 
     spec = sweep.figure4_spec(preset, device=device, dtype=dtype)
     bar, factory = _progress("figure4")
+    ray_options = {"cpus_per_job": ray_cpus_per_job} if executor == "ray" else {}
+    # Local jobs report every step; Ray tasks run elsewhere, so count finished jobs instead.
+    per_step = (lambda job: factory(job.name)) if executor == "local" else None
+    jobs_bar = factory("jobs") if executor != "local" else None
+    runner = make_executor(executor, ray_address, progress_factory=per_step, **ray_options)
     with bar:
-        result = sweep.run_figure4(spec, out, sweep.LocalExecutor(progress_factory=lambda job: factory(job.name)))
+        result = sweep.run_figure4(
+            spec, out, runner, on_done=(lambda job, i, n: jobs_bar(i, n)) if jobs_bar else None
+        )
     Console().print(sweep.claims_table(result))
     console.print(f"summary: {out / 'summary.csv'}  claims: {out / 'claims.json'}  figure: {out / 'figure4.png'}")
 
@@ -190,11 +201,15 @@ def sweep_figure4_cmd(
 def reproduce_cmd(
     preset: str = typer.Option("quick", "--preset", "-p", help="smoke, quick or paper."),
     out: Path = typer.Option(Path("runs/reproduce"), "--out", "-o", help="Output folder; re-running resumes it."),
+    executor: str = typer.Option("local", "--executor", help="Where training jobs run: local or ray."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address, or 'auto'; default: a local cluster."),
 ) -> None:
     """Run every stage of the paper into one folder (resumable)."""
+    from stackedheads.executors import make_executor
     from stackedheads.reproduce import reproduce
 
-    summary = reproduce(preset, out, progress=lambda msg: console.print(f"[bold]reproduce[/bold] {msg}"))
+    runner = make_executor(executor, ray_address)
+    summary = reproduce(preset, out, progress=lambda msg: console.print(f"[bold]reproduce[/bold] {msg}"), executor=runner)
     for name, stage in summary["stages"].items():
         state = "skipped (done)" if stage.get("skipped") else f"{stage['wall_s']:.1f} s"
         console.print(f"  {name:<10} {state}")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from stackedheads import theory
 from stackedheads.errors import UsageError
+from stackedheads.executors import Executor
 from stackedheads.tasks import prompts
 
 
@@ -43,7 +44,7 @@ def get_preset(name: str) -> ReproducePreset:
     return PRESETS[name]
 
 
-def stage_theory(preset: ReproducePreset, out: Path) -> dict:
+def stage_theory(preset: ReproducePreset, out: Path, executor: Executor | None) -> dict:
     rows = theory.theory_table(preset.theory_max_depth)
     with open(out / "theory.jsonl", "w") as f:
         for r in rows:
@@ -52,14 +53,14 @@ def stage_theory(preset: ReproducePreset, out: Path) -> dict:
     return {"rows": len(rows), "figures": figures}
 
 
-def stage_figure4(preset: ReproducePreset, out: Path) -> dict:
+def stage_figure4(preset: ReproducePreset, out: Path, executor: Executor | None) -> dict:
     from stackedheads import sweep
 
-    result = sweep.run_figure4(sweep.figure4_spec(preset.name), out)
+    result = sweep.run_figure4(sweep.figure4_spec(preset.name), out, executor)
     return {"claims": {k: v["pass"] for k, v in result.items()}}
 
 
-def stage_prompts(preset: ReproducePreset, out: Path) -> dict:
+def stage_prompts(preset: ReproducePreset, out: Path, executor: Executor | None) -> dict:
     counts = {}
     for form in prompts.FORMULATIONS:
         qs = prompts.generate_many(form, n=preset.prompts_per_formulation, seed=preset.seed)
@@ -70,15 +71,24 @@ def stage_prompts(preset: ReproducePreset, out: Path) -> dict:
     return {"questions": counts}
 
 
-STAGES: list[tuple[str, Callable[[ReproducePreset, Path], dict]]] = [
+# A stage: (preset, its folder, the executor for training jobs) -> its summary.
+STAGES: list[tuple[str, Callable[[ReproducePreset, Path, Executor | None], dict]]] = [
     ("theory", stage_theory),
     ("prompts", stage_prompts),
     ("figure4", stage_figure4),
 ]
 
 
-def reproduce(preset_name: str, out_dir: str | Path, progress: Callable[[str], None] | None = None) -> dict:
-    """Run every stage not yet done into ``out_dir``; return the run's summary."""
+def reproduce(
+    preset_name: str,
+    out_dir: str | Path,
+    progress: Callable[[str], None] | None = None,
+    executor: Executor | None = None,
+) -> dict:
+    """Run every stage not yet done into ``out_dir``; return the run's summary.
+
+    Training jobs run on ``executor`` (default: in this process).
+    """
     preset = get_preset(preset_name)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -102,7 +112,7 @@ def reproduce(preset_name: str, out_dir: str | Path, progress: Callable[[str], N
             progress(f"{name}: running")
         stage_dir.mkdir(exist_ok=True)
         t0 = time.perf_counter()
-        result = fn(preset, stage_dir)
+        result = fn(preset, stage_dir, executor)
         result["wall_s"] = round(time.perf_counter() - t0, 3)
         done.write_text(json.dumps(result, indent=2))
         stages[name] = result

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Protocol
 
 from stackedheads import presets, theory
 from stackedheads.errors import UsageError
-from stackedheads.train import TrainConfig, read_metrics, run_is_complete, train
+from stackedheads.executors import Executor, Job, LocalExecutor, run_dir
+from stackedheads.train import TrainConfig, read_metrics, run_is_complete
 
 CROSS = 0.5  # C2's threshold on a partial loss (Section 7.2), for the paper's N = 4 chains
 NON_IC_FLOOR = 0.7  # C1's threshold (Section 7.2), for N = 4
@@ -50,16 +50,6 @@ def non_ic_floor(chains: int) -> float:
 def cross_threshold(chains: int) -> float:
     """C2's and C3's threshold on a partial loss for N chains (0.5 for N = 4)."""
     return plateau_scaled(CROSS, chains)
-
-
-@dataclass(frozen=True)
-class Job:
-    name: str  # also the run folder's name under <out>/runs/
-    formulation: str  # "ic" or "non-ic"
-    config: TrainConfig
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "formulation": self.formulation, "config": self.config.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -107,31 +97,6 @@ def figure4_spec(preset: str, **overrides) -> Figure4Spec:
     return spec
 
 
-# --- executors ----------------------------------------------------------------------------------
-
-
-class Executor(Protocol):
-    def run(self, jobs: Sequence[Job], out: Path, on_done: Callable[[Job], None] | None = None) -> None: ...
-
-
-def run_job(job: Job, out: Path, progress: Callable[[int, int], None] | None = None) -> dict:
-    """Train (or resume, or skip) one job into ``out/runs/<name>``; returns its summary."""
-    return train(job.config, Path(out) / "runs" / job.name, progress=progress)
-
-
-class LocalExecutor:
-    """In-process, one job after another."""
-
-    def __init__(self, progress_factory: Callable[[Job], Callable[[int, int], None] | None] | None = None) -> None:
-        self.progress_factory = progress_factory
-
-    def run(self, jobs: Sequence[Job], out: Path, on_done: Callable[[Job], None] | None = None) -> None:
-        for job in jobs:
-            run_job(job, out, self.progress_factory(job) if self.progress_factory else None)
-            if on_done:
-                on_done(job)
-
-
 # --- results ------------------------------------------------------------------------------------
 
 
@@ -149,9 +114,9 @@ def collect(jobs: Sequence[Job], out: Path) -> list[dict]:
     """One row per run (job x seed) from the finished run folders."""
     rows = []
     for job in jobs:
-        run_dir = Path(out) / "runs" / job.name
-        summary = json.loads((run_dir / "summary.json").read_text())
-        metrics = read_metrics(run_dir)
+        folder = run_dir(Path(out), job)
+        summary = json.loads((folder / "summary.json").read_text())
+        metrics = read_metrics(folder)
         cfg = job.config
         for seed in cfg.seeds:
             s = summary["seeds"][str(seed)]
@@ -303,8 +268,11 @@ def plot_figure4(rows: list[dict], out: Path) -> list[str]:
     return paths
 
 
-def run_figure4(spec: Figure4Spec, out: str | Path, executor: Executor | None = None) -> dict:
-    """Run (or resume) the Figure 4 sweep into ``out``; returns the claims."""
+def run_figure4(spec: Figure4Spec, out: str | Path, executor: Executor | None = None, on_done=None) -> dict:
+    """Run (or resume) the Figure 4 sweep into ``out``; returns the claims.
+
+    ``on_done(job, finished, total)`` is called as each remaining job finishes.
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     spec_path = out / "sweep.json"
@@ -312,8 +280,15 @@ def run_figure4(spec: Figure4Spec, out: str | Path, executor: Executor | None = 
         raise UsageError(f"{out} holds a sweep with another specification; choose a new --out")
     spec_path.write_text(json.dumps(spec.to_dict(), indent=2))
     jobs = spec.jobs()
-    todo = [j for j in jobs if not run_is_complete(out / "runs" / j.name)]
-    (executor or LocalExecutor()).run(todo, out)
+    todo = [j for j in jobs if not run_is_complete(run_dir(out, j))]
+    finished = [0]
+
+    def done(job: Job) -> None:
+        finished[0] += 1
+        if on_done:
+            on_done(job, finished[0], len(todo))
+
+    (executor or LocalExecutor()).run(todo, out, on_done=done)
     rows = collect(jobs, out)
     write_summary_csv(rows, out / "summary.csv")
     result = claims(rows)
