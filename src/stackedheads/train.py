@@ -23,7 +23,7 @@ from __future__ import annotations
 import csv
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
