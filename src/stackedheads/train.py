@@ -162,6 +162,21 @@ def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(out)
 
 
+def checkpoint_for(run_dir: str | Path, step: int | None = None) -> Path:
+    """The checkpoint of ``step`` (default: the last) of a run folder."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.json").exists():
+        raise UsageError(f"{run_dir} is not a run folder (no config.json)")
+    ckpts = dict(list_checkpoints(run_dir))
+    if not ckpts:
+        raise UsageError(f"{run_dir} has no checkpoint yet")
+    if step is None:
+        return ckpts[max(ckpts)]
+    if step not in ckpts:
+        raise UsageError(f"{run_dir} has no checkpoint at step {step}; it has {sorted(ckpts)}")
+    return ckpts[step]
+
+
 def save_checkpoint(path: Path, model: EnsembleTransformer, opt: torch.optim.Optimizer, step: int, cfg: TrainConfig) -> None:
     tensors = {f"model.{k}": v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     names = dict(model.named_parameters())

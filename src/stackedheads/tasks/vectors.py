@@ -118,6 +118,10 @@ class Batch:
             self.inputs.to(device), self.targets.to(device), self.symbols.to(device), self.meta.to(device)
         )
 
+    def __getitem__(self, idx) -> Batch:
+        """A sub-batch (e.g. ``batch[:32]``)."""
+        return Batch(self.inputs[idx], self.targets[idx], self.symbols[idx], self.meta[idx])
+
 
 # --- counter-based randomness -------------------------------------------------------------
 

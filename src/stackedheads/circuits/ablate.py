@@ -1,0 +1,201 @@
+"""Circuits as data, and the ablations that validate them (Appendix E, steps 3, 5 and 6).
+
+A circuit lists, per layer and head, what replaces the head's attention: ``uniform``,
+``identity``, a rule per token role (first / second / query, see :mod:`.rules`), or ``kept``
+(the head's own attention, for heads no rule explains). It also lists the paths each useful
+head carries: ``(src, dst)`` meaning "tokens ``s_src`` attend to ``s_dst`` of their own chain".
+
+* Combined ablation (step 5): every head replaced at once; the validation MSE must stay low.
+* Per-path ablation (step 6): on top of the combined ablation, one path's rows are made
+  uniform; a necessary path raises the loss.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from stackedheads.circuits.rules import IDENTITY, ROLES, UNIFORM, head_pattern, library, s_index, uniform_causal
+from stackedheads.errors import UsageError
+from stackedheads.model import EnsembleTransformer
+from stackedheads.tasks.vectors import Batch, Meta, VectorTaskConfig
+
+KEPT = "kept"
+
+
+def path_key(path: tuple[int, int, int, int]) -> str:
+    """``(layer, head, src, dst)`` as text: ``L3.0 s2->s4``."""
+    layer, head, src, dst = path
+    return f"L{layer}.{head} s{src}->s{dst}"
+
+
+@dataclass
+class HeadSpec:
+    layer: int
+    head: int
+    rules: dict[str, str] | str  # UNIFORM, IDENTITY, KEPT, or {role: rule name}
+    paths: list[tuple[int, int]] = field(default_factory=list)  # useful (src, dst) s-indices
+
+    @property
+    def kind(self) -> str:
+        return self.rules if isinstance(self.rules, str) else "rule"
+
+    def to_dict(self) -> dict:
+        return {"layer": self.layer, "head": self.head, "rules": self.rules, "paths": [list(p) for p in self.paths]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> HeadSpec:
+        rules = d["rules"]
+        if isinstance(rules, dict) and set(rules) != set(ROLES):
+            raise UsageError(f"head {d['layer']}.{d['head']}: rules must name every role {sorted(ROLES)}")
+        return cls(int(d["layer"]), int(d["head"]), rules, [tuple(p) for p in d.get("paths", [])])
+
+
+@dataclass
+class Circuit:
+    """One model's circuit: ``heads`` covers every (layer, head) of the model."""
+
+    depth: int
+    heads: list[HeadSpec]
+    info: dict = field(default_factory=dict)  # run, seed, checkpoint, threshold, losses...
+
+    def head(self, layer: int, head: int) -> HeadSpec:
+        for h in self.heads:
+            if (h.layer, h.head) == (layer, head):
+                return h
+        raise KeyError((layer, head))
+
+    def useful_heads(self) -> list[HeadSpec]:
+        return [h for h in self.heads if h.paths]
+
+    def paths(self) -> list[tuple[int, int, int, int]]:
+        """Every useful path as ``(layer, head, src, dst)``."""
+        return [(h.layer, h.head, s, d) for h in self.heads for s, d in h.paths]
+
+    def to_dict(self) -> dict:
+        return {"depth": self.depth, "heads": [h.to_dict() for h in self.heads], "info": self.info}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Circuit:
+        return cls(int(d["depth"]), [HeadSpec.from_dict(h) for h in d["heads"]], d.get("info", {}))
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Circuit:
+        p = Path(path)
+        if not p.exists():
+            raise UsageError(f"no circuit file {p}")
+        try:
+            return cls.from_dict(json.loads(p.read_text()))
+        except (KeyError, ValueError, TypeError) as e:
+            raise UsageError(f"{p} is not a circuit file: {e}") from None
+
+
+def replaced_patterns(circuit: Circuit, meta: Meta, remove: tuple[int, int, int] | None = None) -> dict[int, dict[int, torch.Tensor]]:
+    """``{layer: {head: (B, T, T)}}`` for every head the circuit replaces, for sequences ``meta``.
+
+    ``remove = (layer, head, src)`` also makes the rows of tokens ``s_src`` of that head
+    uniform: the per-path ablation of step 6.
+    """
+    B, T = meta.role.shape
+    lib = library(circuit.depth)
+    out: dict[int, dict[int, torch.Tensor]] = {}
+    for h in circuit.heads:
+        if h.kind == KEPT:
+            continue
+        if h.kind == UNIFORM:
+            pat = uniform_causal(B, T)
+        elif h.kind == IDENTITY:
+            pat = torch.eye(T).expand(B, T, T)
+        else:
+            pat = head_pattern(h.rules, meta, lib)
+        if remove is not None and remove[:2] == (h.layer, h.head):
+            rows = (s_index(meta) == remove[2])[..., None]
+            pat = torch.where(rows, uniform_causal(B, T), pat)
+        out.setdefault(h.layer, {})[h.head] = pat
+    return out
+
+
+def pattern_hooks(patterns: dict[int, dict[int, torch.Tensor]]):
+    def make(heads: dict[int, torch.Tensor]):
+        def fn(pattern: torch.Tensor, **_) -> torch.Tensor:  # (E, B, H, T, T)
+            pattern = pattern.clone()
+            for h, pat in heads.items():
+                pattern[:, :, h] = pat.to(pattern.dtype)
+            return pattern
+
+        return fn
+
+    return [(f"blocks.{layer}.attn.hook_pattern", make(heads)) for layer, heads in patterns.items()]
+
+
+@torch.no_grad()
+def ablated_loss(
+    model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, patterns: dict[int, dict[int, torch.Tensor]] | None = None
+) -> tuple[float, list[float]]:
+    """Validation MSE and partial MSE per chain position with ``patterns`` replacing heads.
+
+    ``model`` must hold one member (``EnsembleTransformer.member(e)``).
+    """
+    if model.n_members != 1:
+        raise UsageError("ablations run on one model: use model.member(e)")
+    pred = model.run_with_hooks(batch.inputs, batch.meta, pattern_hooks(patterns or {}))[0]  # (B, N, d_out)
+    err = (pred - batch.targets) ** 2
+    positions = task.depth if task.ic else 1
+    partial = err.view(*err.shape[:2], positions, task.dims).mean(dim=(0, 1, 3))
+    return float(partial.mean()), [float(p) for p in partial]
+
+
+@dataclass
+class LossRow:
+    ablation: str
+    loss: float
+    partial: list[float]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def loss_table(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, circuit: Circuit) -> list[LossRow]:
+    """Appendix E steps 5 and 6: no ablation, the combined ablation, then each useful path removed."""
+    rows = [LossRow("none", *ablated_loss(model, batch, task))]
+    rows.append(LossRow("combined", *ablated_loss(model, batch, task, replaced_patterns(circuit, batch.meta))))
+    for path in circuit.paths():
+        pats = replaced_patterns(circuit, batch.meta, remove=path[:3])
+        rows.append(LossRow("-" + path_key(path), *ablated_loss(model, batch, task, pats)))
+    return rows
+
+
+def check_shape(circuit: Circuit, model: EnsembleTransformer, task: VectorTaskConfig) -> None:
+    """The circuit must describe this model: every head once, the task's depth."""
+    cfg = model.config
+    want = {(l, h) for l in range(cfg.n_layers) for h in range(cfg.n_heads)}
+    have = [(h.layer, h.head) for h in circuit.heads]
+    if sorted(have) != sorted(want) or len(set(have)) != len(have):
+        raise UsageError(f"the circuit must list each of the model's {len(want)} heads exactly once")
+    if circuit.depth != task.depth:
+        raise UsageError(f"the circuit is for D={circuit.depth}, the run has D={task.depth}")
+
+
+def format_table(rows: Sequence[LossRow]) -> list[list[str]]:
+    return [[r.ablation, f"{r.loss:.4f}", " ".join(f"{p:.3f}" for p in r.partial)] for r in rows]
+
+
+def validate_run(run_dir: str | Path, spec: str | Path, checkpoint: int | None = None, n_val: int = 512) -> list[LossRow]:
+    """Appendix E steps 5-6 for a circuit file on the member its ``info.seed`` names (or member 0)."""
+    from stackedheads.train import checkpoint_for, load_model, validation_batch
+
+    circuit = Circuit.load(spec)
+    model, cfg, _ = load_model(checkpoint_for(run_dir, checkpoint))
+    seed = circuit.info.get("seed", cfg.seeds[0])
+    if seed not in cfg.seeds:
+        raise UsageError(f"the circuit is for seed {seed}; {run_dir} has seeds {list(cfg.seeds)}")
+    member = model.member(cfg.seeds.index(seed))
+    check_shape(circuit, member, cfg.task)
+    return loss_table(member, validation_batch(cfg)[:n_val], cfg.task, circuit)

@@ -1,0 +1,159 @@
+"""Circuits: rules, ablations and discovery, on a model whose circuit is known by construction."""
+
+import pytest
+import torch
+
+from stackedheads.circuits import rules
+from stackedheads.circuits.ablate import (
+    KEPT,
+    Circuit,
+    HeadSpec,
+    ablated_loss,
+    loss_table,
+    pattern_hooks,
+    replaced_patterns,
+)
+from stackedheads.circuits.discover import DiscoverConfig, candidate_paths, discover, plot_circuit
+from stackedheads.errors import UsageError
+from stackedheads.model import EnsembleTransformer, ModelConfig
+from stackedheads.tasks.vectors import VectorTaskConfig, batch_indices, make_batch
+
+U = rules.UNIFORM
+
+
+def test_hop_rules_follow_the_chain():
+    task = VectorTaskConfig(chains=3, depth=3)
+    b = make_batch(task, range(8))
+    m = b.meta
+    idx = rules.s_index(m)
+    cp = rules.chain_positions(m)
+    T = task.seq_len
+    pos = torch.arange(T).expand(8, T)
+    for d in (-1, 1, 2, 3):
+        tgt = rules.hop(d)(m)
+        assert torch.all(tgt <= pos)  # causal
+        moved = tgt != pos
+        # Wherever the rule moves, it lands on the same chain's s_{i+d}, holding x_{(i+d)//2}.
+        assert torch.all(m.chain.gather(1, tgt)[moved] == m.chain[moved])
+        assert torch.all(idx.gather(1, tgt)[moved] == (idx + d)[moved])
+    # s-1 from a second token is its pair partner, which is also the previous position.
+    second = m.role == rules.ROLES["second"]
+    assert torch.equal(rules.hop(-1)(m)[second], rules.previous(m)[second])
+    # The query's s+1 is the first occurrence of x_0: the induction head's target.
+    q = m.role == rules.ROLES["query"]
+    assert torch.all(m.step.gather(1, rules.hop(1)(m))[q] == 0)
+    assert torch.all(cp[torch.arange(8)[:, None], m.chain, idx] == pos)
+
+
+def test_patterns_are_rows_that_sum_to_one_and_respect_the_mask():
+    task = VectorTaskConfig(chains=2, depth=2)
+    b = make_batch(task, range(4))
+    pat = rules.head_pattern({"first": U, "second": "s-1", "query": "s+2"}, b.meta, rules.library(2))
+    T = task.seq_len
+    assert torch.allclose(pat.sum(-1), torch.ones(4, T))
+    assert torch.all(pat.triu(1) == 0)
+
+
+def test_rule_mass_finds_the_rule_a_pattern_was_made_from():
+    task = VectorTaskConfig(chains=2, depth=3)
+    b = make_batch(task, range(16))
+    lib = rules.library(3)
+    pat = rules.head_pattern({"first": "identity", "second": "s+1", "query": "s+4"}, b.meta, lib)
+    masses = rules.rule_mass(pat, b.meta, lib)
+    assert masses["second"]["s+1"] == pytest.approx(1.0)
+    assert masses["query"]["s+4"] == pytest.approx(1.0) and masses["query"]["s+2"] == pytest.approx(0.0)
+
+
+# --- a model whose circuit is known by construction ------------------------------------------
+
+# D = 2 by composition: x_1's second token first reads x_2's (s_2 -> s_4), then the query
+# reads x_1's token (s_0 -> s_2) and gets x_1 and x_2 from it. Both paths are necessary.
+KNOWN = Circuit(
+    depth=2,
+    heads=[
+        HeadSpec(0, 0, {"first": U, "second": "s+2", "query": U}),
+        HeadSpec(1, 0, {"first": U, "second": U, "query": "s+2"}),
+        HeadSpec(2, 0, U),
+    ],
+)
+
+
+class Forced(EnsembleTransformer):
+    """Attention is the known circuit's (its Q and K are never used); the rest is trained."""
+
+    def _forced(self, meta):
+        return pattern_hooks(replaced_patterns(KNOWN, meta))
+
+    def run_with_hooks(self, x, meta=None, fwd_hooks=()):
+        return super().run_with_hooks(x, meta, [*self._forced(meta), *fwd_hooks])
+
+    def run_with_cache(self, x, meta=None, names=None, fwd_hooks=()):
+        return super().run_with_cache(x, meta, names, [*self._forced(meta), *fwd_hooks])
+
+    def member(self, e):
+        m = super().member(e)
+        m.__class__ = Forced
+        return m
+
+
+@pytest.fixture(scope="module")
+def forced_model():
+    torch.manual_seed(0)
+    task = VectorTaskConfig(chains=2, depth=2, n_train=2**14, n_val=256)
+    cfg = ModelConfig(d_in=task.d_in, d_out=task.d_out, n_queries=2, n_layers=3, n_heads=1, d_model=32)
+    model = Forced(cfg, seeds=[0])
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    cache: dict = {}
+    for step in range(400):
+        b = make_batch(task, batch_indices(task.n_train, 128, 0, step, cache))
+        loss = ((model.run_with_hooks(b.inputs, b.meta)[0] - b.targets) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model, task, make_batch(task, range(256), "val")
+
+
+def test_forced_model_solves_the_task(forced_model):
+    model, task, val = forced_model
+    loss, _ = ablated_loss(model, val, task)
+    assert loss < 0.05, loss
+    # Breaking the circuit breaks the model: the induction path is necessary.
+    broken = Circuit(2, [HeadSpec(0, 0, KEPT), HeadSpec(1, 0, U), HeadSpec(2, 0, KEPT)])
+    assert ablated_loss(model, val, task, replaced_patterns(broken, val.meta))[0] > 0.3
+
+
+def test_discovery_recovers_the_known_circuit(forced_model, tmp_path):
+    model, task, val = forced_model
+    found = discover(model, val, task, DiscoverConfig(tolerance=0.02))
+    assert sorted(found.circuit.paths()) == [(0, 0, 2, 4), (1, 0, 0, 2)]
+    assert found.unexplained == []
+    assert found.circuit.head(2, 0).kind in (U, rules.IDENTITY)
+    summary = found.summary()
+    # Forced attention needs no shared information to find its target (it is exempt from
+    # Assumption 1), so it can beat the theory's minimum of 3 heads for D = 2.
+    assert summary["n_useful_heads"] == 2 and summary["theory_min_heads"] == 3
+    rows = {r.ablation: r.loss for r in found.table}
+    assert rows["combined"] <= found.threshold
+    assert all(loss > found.threshold for name, loss in rows.items() if name.startswith("-"))
+    # The circuit is data: it survives a JSON round trip and validates the same way.
+    found.circuit.save(tmp_path / "circuit.json")
+    again = Circuit.load(tmp_path / "circuit.json")
+    assert [r.loss for r in loss_table(model, val, task, again)] == [r.loss for r in found.table]
+    files = plot_circuit(again, tmp_path)
+    assert all((tmp_path / f).stat().st_size > 1000 for f in ("circuit.png", "circuit.svg"))
+    assert len(files) == 2
+
+
+def test_candidate_paths_are_causal_chain_hops():
+    spec = HeadSpec(0, 0, {"first": "s+2", "second": "s-1", "query": "s+1"})
+    paths = candidate_paths(spec, depth=2)
+    assert (0, 1) in paths and (2, 1) in paths and (4, 3) in paths and (1, 3) in paths
+    assert (3, 5) not in paths  # s_5 does not exist for D = 2
+
+
+def test_bad_circuit_files(tmp_path):
+    with pytest.raises(UsageError):
+        Circuit.load(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text('{"depth": 1, "heads": [{"layer": 0, "head": 0, "rules": {"first": "uniform"}}]}')
+    with pytest.raises(UsageError):
+        Circuit.load(tmp_path / "bad.json")
