@@ -5,7 +5,6 @@ import torch
 
 from stackedheads.circuits import rules
 from stackedheads.circuits.ablate import (
-    KEPT,
     Circuit,
     HeadSpec,
     ablated_loss,
@@ -18,7 +17,7 @@ from stackedheads.errors import UsageError
 from stackedheads.model import EnsembleTransformer, ModelConfig
 from stackedheads.tasks.vectors import VectorTaskConfig, batch_indices, make_batch
 
-U = rules.UNIFORM
+U, KEPT = rules.UNIFORM, rules.KEPT
 
 
 def test_hop_rules_follow_the_chain():
@@ -48,7 +47,8 @@ def test_hop_rules_follow_the_chain():
 def test_patterns_are_rows_that_sum_to_one_and_respect_the_mask():
     task = VectorTaskConfig(chains=2, depth=2)
     b = make_batch(task, range(4))
-    pat = rules.head_pattern({"first": U, "second": "s-1", "query": "s+2"}, b.meta, rules.library(2))
+    pat, rows = rules.head_pattern({"first": U, "second": "s-1", "query": "s+2"}, b.meta, rules.library(2))
+    assert rows.all()
     T = task.seq_len
     assert torch.allclose(pat.sum(-1), torch.ones(4, T))
     assert torch.all(pat.triu(1) == 0)
@@ -58,7 +58,7 @@ def test_rule_mass_finds_the_rule_a_pattern_was_made_from():
     task = VectorTaskConfig(chains=2, depth=3)
     b = make_batch(task, range(16))
     lib = rules.library(3)
-    pat = rules.head_pattern({"first": "identity", "second": "s+1", "query": "s+4"}, b.meta, lib)
+    pat, _ = rules.head_pattern({"first": "identity", "second": "s+1", "query": "s+4"}, b.meta, lib)
     masses = rules.rule_mass(pat, b.meta, lib)
     assert masses["second"]["s+1"] == pytest.approx(1.0)
     assert masses["query"]["s+4"] == pytest.approx(1.0) and masses["query"]["s+2"] == pytest.approx(0.0)
@@ -157,3 +157,15 @@ def test_bad_circuit_files(tmp_path):
     (tmp_path / "bad.json").write_text('{"depth": 1, "heads": [{"layer": 0, "head": 0, "rules": {"first": "uniform"}}]}')
     with pytest.raises(UsageError):
         Circuit.load(tmp_path / "bad.json")
+
+
+def test_kept_rows_keep_the_heads_own_attention(forced_model):
+    model, task, val = forced_model
+    natural, _ = ablated_loss(model, val, task)
+    all_kept = Circuit(2, [HeadSpec(l, 0, KEPT) for l in range(3)])
+    assert ablated_loss(model, val, task, replaced_patterns(all_kept, val.meta))[0] == natural
+    per_role_kept = Circuit(2, [HeadSpec(l, 0, {r: KEPT for r in rules.ROLES}) for l in range(3)])
+    assert ablated_loss(model, val, task, replaced_patterns(per_role_kept, val.meta))[0] == natural
+    # Replacing only the query rows of layer 1 with uniform attention breaks the model.
+    q_only = Circuit(2, [HeadSpec(0, 0, KEPT), HeadSpec(1, 0, {"first": KEPT, "second": KEPT, "query": U}), HeadSpec(2, 0, KEPT)])
+    assert ablated_loss(model, val, task, replaced_patterns(q_only, val.meta))[0] > natural + 0.2

@@ -1,8 +1,8 @@
 """Circuits as data, and the ablations that validate them (Appendix E, steps 3, 5 and 6).
 
 A circuit lists, per layer and head, what replaces the head's attention: ``uniform``,
-``identity``, a rule per token role (first / second / query, see :mod:`.rules`), or ``kept``
-(the head's own attention, for heads no rule explains). It also lists the paths each useful
+``identity``, ``kept`` (the head's own attention), or per token role (first / second / query)
+a rule from :mod:`.rules`, ``uniform`` or ``kept`` (rows no rule explains). It also lists the paths each useful
 head carries: ``(src, dst)`` meaning "tokens ``s_src`` attend to ``s_dst`` of their own chain".
 
 * Combined ablation (step 5): every head replaced at once; the validation MSE must stay low.
@@ -19,13 +19,10 @@ from pathlib import Path
 
 import torch
 
-from stackedheads.circuits.rules import IDENTITY, ROLES, UNIFORM, head_pattern, library, s_index, uniform_causal
+from stackedheads.circuits.rules import IDENTITY, KEPT, ROLES, UNIFORM, head_pattern, library, s_index, uniform_causal
 from stackedheads.errors import UsageError
 from stackedheads.model import EnsembleTransformer
 from stackedheads.tasks.vectors import Batch, Meta, VectorTaskConfig
-
-KEPT = "kept"
-
 
 def path_key(path: tuple[int, int, int, int]) -> str:
     """``(layer, head, src, dst)`` as text: ``L3.0 s2->s4``."""
@@ -72,6 +69,16 @@ class Circuit:
     def useful_heads(self) -> list[HeadSpec]:
         return [h for h in self.heads if h.paths]
 
+    def kept(self) -> list[tuple[int, int, str]]:
+        """``(layer, head, role)`` whose rows keep the head's own attention."""
+        out = []
+        for h in self.heads:
+            if h.kind == KEPT:
+                out += [(h.layer, h.head, r) for r in ROLES]
+            elif h.kind == "rule":
+                out += [(h.layer, h.head, r) for r, name in h.rules.items() if name == KEPT]
+        return out
+
     def paths(self) -> list[tuple[int, int, int, int]]:
         """Every useful path as ``(layer, head, src, dst)``."""
         return [(h.layer, h.head, s, d) for h in self.heads for s, d in h.paths]
@@ -97,37 +104,45 @@ class Circuit:
             raise UsageError(f"{p} is not a circuit file: {e}") from None
 
 
-def replaced_patterns(circuit: Circuit, meta: Meta, remove: tuple[int, int, int] | None = None) -> dict[int, dict[int, torch.Tensor]]:
-    """``{layer: {head: (B, T, T)}}`` for every head the circuit replaces, for sequences ``meta``.
+Replacement = tuple[torch.Tensor, torch.Tensor]  # pattern (B, T, T), rows replaced (B, T)
+
+
+def replaced_patterns(circuit: Circuit, meta: Meta, remove: tuple[int, int, int] | None = None) -> dict[int, dict[int, Replacement]]:
+    """``{layer: {head: (pattern, rows)}}`` for every head the circuit replaces, on ``meta``.
 
     ``remove = (layer, head, src)`` also makes the rows of tokens ``s_src`` of that head
     uniform: the per-path ablation of step 6.
     """
     B, T = meta.role.shape
     lib = library(circuit.depth)
-    out: dict[int, dict[int, torch.Tensor]] = {}
+    every_row = torch.ones(B, T, dtype=torch.bool)
+    out: dict[int, dict[int, Replacement]] = {}
     for h in circuit.heads:
-        if h.kind == KEPT:
-            continue
         if h.kind == UNIFORM:
-            pat = uniform_causal(B, T)
+            pat, rows = uniform_causal(B, T), every_row
         elif h.kind == IDENTITY:
-            pat = torch.eye(T).expand(B, T, T)
+            pat, rows = torch.eye(T).expand(B, T, T), every_row
+        elif h.kind == KEPT:
+            pat, rows = torch.zeros(B, T, T), ~every_row
         else:
-            pat = head_pattern(h.rules, meta, lib)
+            pat, rows = head_pattern(h.rules, meta, lib)
         if remove is not None and remove[:2] == (h.layer, h.head):
-            rows = (s_index(meta) == remove[2])[..., None]
-            pat = torch.where(rows, uniform_causal(B, T), pat)
-        out.setdefault(h.layer, {})[h.head] = pat
+            gone = s_index(meta) == remove[2]
+            pat = torch.where(gone[..., None], uniform_causal(B, T), pat)
+            rows = rows | gone
+        if rows.any():
+            out.setdefault(h.layer, {})[h.head] = (pat, rows)
     return out
 
 
-def pattern_hooks(patterns: dict[int, dict[int, torch.Tensor]]):
-    def make(heads: dict[int, torch.Tensor]):
+def pattern_hooks(patterns: dict[int, dict[int, Replacement]]):
+    """Hooks that put each replacement's rows into ``blocks.{l}.attn.hook_pattern``."""
+
+    def make(heads: dict[int, Replacement]):
         def fn(pattern: torch.Tensor, **_) -> torch.Tensor:  # (E, B, H, T, T)
             pattern = pattern.clone()
-            for h, pat in heads.items():
-                pattern[:, :, h] = pat.to(pattern.dtype)
+            for h, (pat, rows) in heads.items():
+                pattern[:, :, h] = torch.where(rows[..., None], pat.to(pattern.dtype), pattern[:, :, h])
             return pattern
 
         return fn

@@ -3,14 +3,14 @@
 For each head, in layer order, the simplest replacement that keeps the validation loss under
 the threshold wins (Appendix E step 3):
 
-1. uniform attention, then the identity (heads that do no useful computation);
-2. otherwise, for each token role, the rule from :mod:`.rules` that best fits the head's observed
-   attention (the most attention mass on the rule's target; roles with no good fit attend
-   uniformly).
+1. uniform attention, then the identity, for the whole head (no useful computation);
+2. otherwise each token role (first / second / query) separately: uniform, identity, the first
+   token (an attention sink), then the rules of :mod:`.rules` that best fit the head's observed
+   attention for that role (the most attention mass on the rule's target), best first.
 
-Replacements accumulate: each head is tested with every earlier head already replaced, so the
-final circuit passes the combined ablation (step 5) by construction. A head no candidate
-explains keeps its own attention and is reported. Then every path of every rule head is removed
+Replacements accumulate: each is tested with every earlier one in place, so the final circuit
+passes the combined ablation (step 5) by construction. Rows that no candidate explains keep the
+head's own attention and are reported as unexplained. Then every path of every rule head is removed
 on its own (step 6): a path whose removal pushes the loss over the threshold is useful. Rule
 heads without a useful path are simplified to uniform when the combined loss allows it.
 
@@ -27,7 +27,6 @@ import torch
 
 from stackedheads import theory
 from stackedheads.circuits.ablate import (
-    KEPT,
     Circuit,
     HeadSpec,
     LossRow,
@@ -35,7 +34,7 @@ from stackedheads.circuits.ablate import (
     loss_table,
     replaced_patterns,
 )
-from stackedheads.circuits.rules import IDENTITY, ROLES, UNIFORM, hop_of, library, rule_mass
+from stackedheads.circuits.rules import IDENTITY, KEPT, ROLES, UNIFORM, hop_of, library, rule_mass
 from stackedheads.errors import UsageError
 from stackedheads.model import EnsembleTransformer
 from stackedheads.sweep import cross_threshold
@@ -66,14 +65,12 @@ def _simplicity(name: str) -> tuple:
     return (2, abs(d)) if d is not None else (3, name)
 
 
-def fitted_rules(observed: torch.Tensor, batch: Batch, depth: int, min_mass: float) -> dict[str, str]:
-    """Per role, the best-fitting rule for one head's observed pattern ``(B, T, T)``."""
-    masses = rule_mass(observed, batch.meta, library(depth))
-    out = {}
-    for role in ROLES:
-        ranked = sorted(masses[role].items(), key=lambda kv: (-round(kv[1], 3), _simplicity(kv[0])))
-        out[role] = ranked[0][0] if ranked and ranked[0][1] >= min_mass else UNIFORM
-    return out
+def role_candidates(masses: dict[str, float], min_mass: float, top: int = 3) -> list[str]:
+    """Replacements to try for one role, simplest first, then the best-fitting rules."""
+    fixed = [UNIFORM, IDENTITY, "first-token"]
+    ranked = sorted(masses.items(), key=lambda kv: (-round(kv[1], 3), _simplicity(kv[0])))
+    fits = [name for name, mass in ranked if mass >= min_mass and name not in fixed]
+    return fixed + fits[:top]
 
 
 def candidate_paths(spec: HeadSpec, depth: int) -> list[tuple[int, int]]:
@@ -99,7 +96,7 @@ class Discovery:
     circuit: Circuit
     table: list[LossRow]
     threshold: float
-    unexplained: list[tuple[int, int]]
+    unexplained: list[tuple[int, int, str]]  # (layer, head, role) left to the head's own attention
 
     def summary(self) -> dict:
         useful = self.circuit.useful_heads()
@@ -125,17 +122,25 @@ def discover(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, c
     def loss_now() -> float:
         return ablated_loss(model, batch, task, replaced_patterns(circuit, batch.meta))[0]
 
-    unexplained = []
+    lib = library(task.depth)
     for spec in circuit.heads:
         observed = cache[f"blocks.{spec.layer}.attn.hook_pattern"][0, :, spec.head]
-        fitted = fitted_rules(observed, batch, task.depth, cfg.min_mass)
-        for candidate in (UNIFORM, IDENTITY, fitted):
-            spec.rules = candidate
+        masses = rule_mass(observed, batch.meta, lib)
+        for whole in (UNIFORM, IDENTITY):
+            spec.rules = whole
             if loss_now() <= threshold:
                 break
         else:
-            spec.rules = KEPT
-            unexplained.append((spec.layer, spec.head))
+            spec.rules = {role: KEPT for role in ROLES}
+            for role in ROLES:
+                for candidate in role_candidates(masses[role], cfg.min_mass):
+                    spec.rules[role] = candidate
+                    if loss_now() <= threshold:
+                        break
+                else:
+                    spec.rules[role] = KEPT
+            if set(spec.rules.values()) == {KEPT}:
+                spec.rules = KEPT
 
     for spec in circuit.heads:
         for src, dst in candidate_paths(spec, task.depth):
@@ -155,7 +160,7 @@ def discover(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, c
     circuit.info.update(
         {"threshold": threshold, "tolerance": cfg.tolerance, "unablated_loss": base, "config": asdict(cfg), "serves": serves}
     )
-    return Discovery(circuit, table, threshold, unexplained)
+    return Discovery(circuit, table, threshold, circuit.kept())
 
 
 def symbol_label(i: int) -> str:

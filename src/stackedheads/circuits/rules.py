@@ -26,7 +26,7 @@ import torch
 from stackedheads.tasks.vectors import FIRST, QUERY, SECOND, Meta
 
 ROLES = {"first": FIRST, "second": SECOND, "query": QUERY}
-UNIFORM, IDENTITY = "uniform", "identity"
+UNIFORM, IDENTITY, KEPT = "uniform", "identity", "kept"  # KEPT: the head's own attention
 
 Rule = Callable[[Meta], torch.Tensor]  # meta -> (B, T) attended position of every token
 
@@ -59,6 +59,12 @@ def previous(meta: Meta) -> torch.Tensor:
     return (_positions(meta) - 1).clamp(min=0)
 
 
+def first_token(meta: Meta) -> torch.Tensor:
+    """Position 0: trained heads often park attention on the first token (an attention sink)
+    when they have nothing to fetch; like uniform attention, it adds a near-constant vector."""
+    return torch.zeros_like(meta.role)
+
+
 def hop(d: int) -> Rule:
     """``s_i -> s_{i+d}`` of the same chain, where that position is earlier; else self."""
 
@@ -76,7 +82,7 @@ def hop(d: int) -> Rule:
 
 def library(depth: int, extra: dict[str, Rule] | None = None) -> dict[str, Rule]:
     """The rules for chains of ``depth`` steps: identity, previous and ``s+d`` for every ``d``."""
-    rules: dict[str, Rule] = {IDENTITY: identity, "previous": previous}
+    rules: dict[str, Rule] = {IDENTITY: identity, "first-token": first_token, "previous": previous}
     for d in [*range(-2 * depth, 0), *range(1, 2 * depth + 1)]:
         rules[f"s{d:+d}"] = hop(d)
     rules.update(extra or {})
@@ -101,15 +107,21 @@ def uniform_causal(B: int, T: int) -> torch.Tensor:
     return (tri / tri.sum(-1, keepdim=True)).expand(B, T, T)
 
 
-def head_pattern(rules_by_role: dict[str, str], meta: Meta, lib: dict[str, Rule]) -> torch.Tensor:
-    """``(B, T, T)``: each role's tokens attend by that role's rule (or uniformly)."""
+def head_pattern(rules_by_role: dict[str, str], meta: Meta, lib: dict[str, Rule]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(pattern (B, T, T), replaced (B, T))``: each role's tokens attend by that role's rule
+    (or uniformly); rows of roles marked ``kept`` are left to the head (``replaced`` False)."""
     B, T = meta.role.shape
-    out = torch.empty(B, T, T)
+    out = torch.zeros(B, T, T)
+    replaced = torch.zeros(B, T, dtype=torch.bool)
     for role, code in ROLES.items():
         name = rules_by_role[role]
+        if name == KEPT:
+            continue
         rows = one_hot(lib[name](meta), T) if name != UNIFORM else uniform_causal(B, T)
-        out = torch.where((meta.role == code)[..., None], rows, out)
-    return out
+        mine = meta.role == code
+        out = torch.where(mine[..., None], rows, out)
+        replaced |= mine
+    return out, replaced
 
 
 def rule_mass(pattern: torch.Tensor, meta: Meta, lib: dict[str, Rule]) -> dict[str, dict[str, float]]:
