@@ -191,17 +191,22 @@ def plot_circuit(circuit: Circuit, out: str | Path, title: str = "") -> list[str
     paths = circuit.paths()
     colors = plt.get_cmap("tab10")
     layers = sorted({p[0] for p in paths})
+    seen: dict[tuple[int, int], int] = {}
+    heights = [0.9]
     for layer, head, src, dst in paths:
+        k = seen[(src, dst)] = seen.get((src, dst), -1) + 1  # parallel paths: higher arcs
         x0, x1 = pos[dst], pos[src]
-        rad = -0.5 if x1 > x0 else 0.5
+        rad = (0.5 + 0.7 * k) * (-1 if x1 > x0 else 1)
         c = colors(layers.index(layer) % 10)
         ax.annotate(
             "", xy=(x1, 0.3), xytext=(x0, 0.3),
             arrowprops=dict(arrowstyle="-|>", color=c, lw=1.6, connectionstyle=f"arc3,rad={rad}", shrinkA=6, shrinkB=6),
         )
-        ax.text((x0 + x1) / 2, 0.45 + 0.18 * abs(x1 - x0), f"L{layer}.{head}", color=c, ha="center", fontsize=8)
+        height = 0.3 + abs(rad) * abs(x1 - x0) / 2
+        heights.append(height + 0.4)
+        ax.text((x0 + x1) / 2, height + 0.08, f"L{layer}.{head}", color=c, ha="center", fontsize=8)
     ax.set_xlim(-0.8, 2 * D + 0.8)
-    ax.set_ylim(-1.0, 0.9 + 0.2 * (2 * D + 1))
+    ax.set_ylim(-1.0, max(heights))
     ax.set_aspect("equal")
     ax.axis("off")
     n = len(circuit.useful_heads())
