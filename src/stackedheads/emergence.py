@@ -5,8 +5,8 @@ measure at every checkpoint the mean attention each useful path carries over ``n
 validation sequences (Section 9.1 uses 32), interpolate linearly between checkpoints, and find
 the first step (and epoch) where it exceeds 0.5.
 
-Ordering: each path *serves* the chain positions whose partial loss its removal pushes over the
-claims' threshold (recorded at discovery). x_j is retrieved once every path serving it has
+Ordering: each path *serves* the chain positions whose partial loss its removal raises by more
+than the discovery tolerance (recorded at discovery). x_j is retrieved once every path serving it has
 emerged; a run emerges "in order" when x_1, x_2, ... are retrieved in that order (Sec. 9.2).
 """
 

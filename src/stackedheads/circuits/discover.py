@@ -37,7 +37,6 @@ from stackedheads.circuits.ablate import (
 from stackedheads.circuits.rules import IDENTITY, KEPT, ROLES, UNIFORM, hop_of, library, rule_mass
 from stackedheads.errors import UsageError
 from stackedheads.model import EnsembleTransformer
-from stackedheads.sweep import cross_threshold
 from stackedheads.tasks.vectors import Batch, VectorTaskConfig
 
 
@@ -153,10 +152,14 @@ def discover(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, c
             if loss_now() > threshold:
                 spec.rules = rules
     table = loss_table(model, batch, task, circuit)
-    # Which chain positions each path serves: removing it pushes their partial loss over the
-    # claims' threshold (plateau-scaled 0.5, stackedheads.sweep). Emergence orders by this.
-    cut = cross_threshold(task.chains)
-    serves = {r.ablation[1:]: [j for j, p in enumerate(r.partial, start=1) if p > cut] for r in table[2:]}
+    # Which chain positions each path serves: removing it raises their partial loss by more
+    # than the tolerance over the combined ablation. Relative, so that two redundant heads
+    # (each enough alone) both count. Emergence orders by this.
+    combined = table[1].partial
+    serves = {
+        r.ablation[1:]: [j for j, (p, c) in enumerate(zip(r.partial, combined, strict=True), start=1) if p - c > cfg.tolerance]
+        for r in table[2:]
+    }
     circuit.info.update(
         {"threshold": threshold, "tolerance": cfg.tolerance, "unablated_loss": base, "config": asdict(cfg), "serves": serves}
     )
