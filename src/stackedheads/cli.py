@@ -35,6 +35,9 @@ def prompts_cmd(
     n: int = typer.Option(1, "--n", help="Number of questions."),
     seed: int = typer.Option(0, "--seed", help="Seed; question i is a pure function of (arguments, seed, i)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write JSON lines here instead of stdout."),
+    export: Optional[Path] = typer.Option(
+        None, "--export", help="Also write a dataset and task files for lm-evaluation-harness and inspect_ai here."
+    ),
 ) -> None:
     """Generate retrieval questions (Section 4, Appendix A) as JSON lines."""
     from stackedheads.tasks import prompts
@@ -42,6 +45,11 @@ def prompts_cmd(
     if n < 1:
         raise UsageError(f"--n must be >= 1, got {n}")
     questions = prompts.generate_many(formulation, depth=depth, chains=chains, n=n, seed=seed)
+    if export is not None:
+        from stackedheads.llm.export import export_questions
+
+        for path in export_questions(questions, export):
+            console.print(f"wrote {path}")
     lines = "".join(json.dumps(q.to_dict(), ensure_ascii=False) + "\n" for q in questions)
     if out is None:
         sys.stdout.write(lines)
@@ -301,6 +309,15 @@ def reproduce_cmd(
         state = "skipped (done)" if stage.get("skipped") else f"{stage['wall_s']:.1f} s"
         console.print(f"  {name:<10} {state}")
     console.print(f"summary: {out / 'summary.json'}")
+
+
+def _register_llm() -> None:
+    from stackedheads.llm.cli import register
+
+    register(app)
+
+
+_register_llm()
 
 
 def main(argv: list[str] | None = None) -> None:

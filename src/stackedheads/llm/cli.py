@@ -1,0 +1,126 @@
+"""``stackedheads llm-bench`` and ``stackedheads models`` (Sec. 4, Fig. 2).
+
+Thin: parse, call :func:`stackedheads.llm.bench.run_bench`, print a table. The main CLI adds
+these commands with ``register(app)``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["register"]
+
+console = Console(stderr=True)
+
+
+def _progress_bar():
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    bar = Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False,
+    )
+    state: dict[str, int] = {}
+
+    def update(done: int, total: int) -> None:
+        if "task" not in state:
+            state["task"] = bar.add_task("llm-bench", total=total, completed=done)
+        bar.update(state["task"], completed=done, total=total)
+
+    return bar, update
+
+
+def _results_table(results: dict) -> Table:
+    table = Table(title="LLM benchmark (Sec. 4, Fig. 2): first acceptable answer")
+    for col in ("formulation", "D", "n", "accuracy", "Wilson 95%", "chance", "unanswered", "draws/q"):
+        table.add_column(col, justify="left" if col == "formulation" else "right")
+    for s in results["cells"]:
+        lo, hi = s["ci95"]
+        table.add_row(
+            s["formulation"], str(s["depth"]), str(s["n"]), f"{s['accuracy']:.3f}",
+            f"[{lo:.3f}, {hi:.3f}]", f"{s['chance']:.3f}", str(s["unanswered"]), f"{s['mean_draws']:.2f}",
+        )
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``llm-bench`` and ``models`` to the top-level app."""
+
+    @app.command("llm-bench")
+    def llm_bench_cmd(
+        backend: str = typer.Option(..., "--backend", "-b", help="openai (any OpenAI-compatible server), llamacpp (in-process GGUF) or hf (local transformers model)."),
+        model: str = typer.Option(..., "--model", "-m", help="openai: the server's model name; llamacpp: smollm2, gemma3-270m or PATH.gguf; hf: a folder or a cached name."),
+        out: Path = typer.Option(..., "--out", "-o", help="Run folder; re-running skips questions already answered."),
+        formulation: str = typer.Option("all", "--formulation", "-f", help="all, one formulation, or a comma list."),
+        depth: Optional[str] = typer.Option(None, "--depth", "-d", help="D, A-B (e.g. 1-10) or a comma list; default: each formulation's (D=5; functions 2, relatives 4, fixed)."),
+        n: int = typer.Option(500, "--n", help="Questions per (formulation, D) cell (paper: 500)."),
+        seed: int = typer.Option(0, "--seed", help="Question stream; sampling seeds derive from (seed, question, draw)."),
+        chains: int = typer.Option(4, "--chains", "-c", help="Interleaved chains N."),
+        few_shot: int = typer.Option(0, "--few-shot", "-k", help="Solved examples of the same formulation before each question."),
+        max_draws: int = typer.Option(10, "--max-draws", help="Resample until an acceptable answer, at most this many draws."),
+        temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature (> 0 to resample)."),
+        max_tokens: int = typer.Option(16, "--max-tokens", help="Tokens per draw."),
+        mode: Optional[str] = typer.Option(None, "--mode", help="chat or completion (default: chat; completion for gemma3-270m)."),
+        base_url: Optional[str] = typer.Option(None, "--base-url", help="openai: server URL, e.g. http://127.0.0.1:8000/v1."),
+        api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="openai: environment variable that holds the API key (never written anywhere)."),
+        concurrency: int = typer.Option(1, "--concurrency", help="openai: questions in flight at once."),
+        timeout: float = typer.Option(60.0, "--timeout", help="openai: seconds per request."),
+        max_retries: int = typer.Option(5, "--max-retries", help="openai: retries on 429, 5xx, timeouts, connection errors (exponential backoff, jitter, Retry-After)."),
+        threads: Optional[int] = typer.Option(None, "--threads", help="llamacpp/hf: CPU threads."),
+        n_ctx: int = typer.Option(4096, "--n-ctx", help="llamacpp: context length in tokens."),
+    ) -> None:
+        """Benchmark a language model on the five formulations (Section 4, Figure 2)."""
+        from stackedheads.llm.backends import BackendError, make_backend
+        from stackedheads.llm.bench import BenchConfig, parse_depths, parse_formulations, plan, run_bench
+
+        cfg = BenchConfig(
+            formulations=parse_formulations(formulation), depths=parse_depths(depth), chains=chains,
+            n=n, seed=seed, few_shot=few_shot, max_draws=max_draws, temperature=temperature,
+            max_tokens=max_tokens,
+        )
+        plan(cfg)  # argument mistakes surface before a model is loaded
+        info = {
+            "backend": backend, "model": model, "mode": mode, "base_url": base_url,
+            "api_key_env": api_key_env, "concurrency": concurrency, "timeout": timeout,
+            "max_retries": max_retries, "threads": threads, "n_ctx": n_ctx,
+        }
+        engine = make_backend(
+            backend, model, mode=mode, base_url=base_url, api_key_env=api_key_env, timeout=timeout,
+            max_retries=max_retries, concurrency=concurrency, n_threads=threads, n_ctx=n_ctx,
+        )
+        bar, update = _progress_bar()
+        try:
+            with bar:
+                results = run_bench(engine, cfg, out, progress=update, backend_info=info)
+        except BackendError as e:
+            print(f"stackedheads: error: {e} (answered questions are kept; re-run to resume)", file=sys.stderr)
+            raise typer.Exit(1)
+        Console().print(_results_table(results))
+        console.print(f"results: {out / 'results.json'}  samples: {out / 'samples.jsonl'}  figure: {out / 'figure2.png'}")
+
+    @app.command("models")
+    def models_cmd(
+        as_json: bool = typer.Option(False, "--json", help="One JSON object per line."),
+    ) -> None:
+        """List the local models that --model can name (packaged GGUF files)."""
+        from stackedheads.llm.models import list_models
+
+        rows = list_models()
+        if as_json:
+            for r in rows:
+                sys.stdout.write(json.dumps(r.to_dict()) + "\n")
+            return
+        table = Table(title="local models (--backend llamacpp --model NAME; or any PATH.gguf)")
+        for col in ("name", "found", "mode", "path / install"):
+            table.add_column(col)
+        for r in rows:
+            where = r.path or ("assembled on first use" if r.available else r.install)
+            table.add_row(r.name, "yes" if r.available else "no", r.mode, f"{where}\n{r.note}" if r.note else where)
+        Console().print(table)

