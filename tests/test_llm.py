@@ -477,11 +477,10 @@ def test_openai_concurrency_overlaps_requests(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     cfg = BenchConfig(formulations=("equations",), depths=(1,), n=8, max_draws=1, temperature=0)
     with FakeOpenAIServer(delay=0.15) as srv:
-        t0 = time.perf_counter()
         res = bench.run_bench(OpenAIBackend("m", srv.url, concurrency=4), cfg, tmp_path)
-        elapsed = time.perf_counter() - t0
+    # Four requests were in flight at once, as the server counted them (no wall-clock bound:
+    # a loaded machine would make one flaky).
     assert srv.max_inflight == 4
-    assert elapsed < 8 * 0.15
     assert res["per_depth"]["equations"]["1"]["accuracy"] == 1.0
 
 
