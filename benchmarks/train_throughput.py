@@ -55,8 +55,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from stackedheads import presets
+from stackedheads.model import (
+    EnsembleTransformer,
+    ModelConfig,
+    count_parameters,
+    flops_per_step,
+)
 from stackedheads.perf import keep_freed_memory
-from stackedheads.model import EnsembleTransformer, ModelConfig, count_parameters, flops_per_step
 from stackedheads.train import DTYPES, TrainConfig, member_batches
 
 N_MEMBERS = 8  # seeds per size in the paper (Sec. 7.1)

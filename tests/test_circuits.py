@@ -12,7 +12,12 @@ from stackedheads.circuits.ablate import (
     pattern_hooks,
     replaced_patterns,
 )
-from stackedheads.circuits.discover import DiscoverConfig, candidate_paths, discover, plot_circuit
+from stackedheads.circuits.discover import (
+    DiscoverConfig,
+    candidate_paths,
+    discover,
+    plot_circuit,
+)
 from stackedheads.errors import UsageError
 from stackedheads.model import EnsembleTransformer, ModelConfig
 from stackedheads.tasks.vectors import VectorTaskConfig, batch_indices, make_batch

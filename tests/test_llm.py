@@ -24,10 +24,15 @@ from prompt_solver import solve  # noqa: E402
 
 from stackedheads.errors import UsageError  # noqa: E402
 from stackedheads.llm import backends, bench, export, models  # noqa: E402
-from stackedheads.llm.backends import Backend, BackendError, Generation, OpenAIBackend, Request  # noqa: E402
+from stackedheads.llm.backends import (  # noqa: E402
+    Backend,
+    BackendError,
+    Generation,
+    OpenAIBackend,
+    Request,
+)
 from stackedheads.llm.bench import BenchConfig  # noqa: E402
 from stackedheads.tasks.prompts import generate  # noqa: E402
-
 
 # --- a deterministic in-process model --------------------------------------------------------------
 

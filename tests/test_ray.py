@@ -12,8 +12,8 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from stackedheads import presets, sweep  # noqa: E402
-from stackedheads.executors import LocalExecutor, RayExecutor, make_executor  # noqa: E402
 from stackedheads.errors import UsageError  # noqa: E402
+from stackedheads.executors import LocalExecutor, RayExecutor, make_executor  # noqa: E402
 from stackedheads.train import list_checkpoints  # noqa: E402
 
 

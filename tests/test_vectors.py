@@ -1,8 +1,7 @@
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import pytest
 
 from stackedheads.errors import UsageError
 from stackedheads.tasks.vectors import (

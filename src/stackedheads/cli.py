@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from typer.exceptions import TyperException
 from rich.console import Console
 from rich.table import Table
+from typer.exceptions import TyperException
 
 from stackedheads.errors import UsageError
 
@@ -91,7 +91,14 @@ def theory_cmd(
 
 def _progress(description: str):
     """A rich progress bar on stderr; returns (context manager, callback(step, total))."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     bar = Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -21,7 +21,14 @@ import torch
 from stackedheads.circuits.ablate import Circuit, path_key
 from stackedheads.circuits.rules import chain_positions
 from stackedheads.errors import UsageError
-from stackedheads.train import TrainConfig, list_checkpoints, load_model, read_metrics, validation_batch
+from stackedheads.plots import save_figure
+from stackedheads.train import (
+    TrainConfig,
+    list_checkpoints,
+    load_model,
+    read_metrics,
+    validation_batch,
+)
 
 THRESHOLD = 0.5  # Figure 7: the epoch at which the average attention goes above 0.5
 
@@ -128,12 +135,7 @@ def plot_timeline(t: Timeline, cfg: TrainConfig, metrics: list[dict], out: Path)
     colors = plt.get_cmap("tab10")
 
     def save(fig, name):
-        fig.tight_layout()
-        for ext in ("png", "svg"):
-            p = out / f"{name}.{ext}"
-            fig.savefig(p, dpi=120)
-            files.append(str(p))
-        plt.close(fig)
+        files.extend(save_figure(fig, out, name, dpi=120))
 
     for i, p in enumerate(t.paths):
         fig, ax = plt.subplots(figsize=(5, 3))

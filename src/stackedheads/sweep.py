@@ -25,6 +25,7 @@ from pathlib import Path
 from stackedheads import presets, theory
 from stackedheads.errors import UsageError
 from stackedheads.executors import Executor, Job, LocalExecutor, run_dir
+from stackedheads.plots import save_figure
 from stackedheads.train import TrainConfig, read_metrics, run_is_complete
 
 CROSS = 0.5  # C2's threshold on a partial loss (Section 7.2), for the paper's N = 4 chains
@@ -258,14 +259,7 @@ def plot_figure4(rows: list[dict], out: Path) -> list[str]:
         ax.set_xticks(all_layers)
     right.legend()
     right.grid(alpha=0.3)
-    fig.tight_layout()
-    paths = []
-    for ext in ("png", "svg"):
-        p = Path(out) / f"figure4.{ext}"
-        fig.savefig(p, dpi=150)
-        paths.append(str(p))
-    plt.close(fig)
-    return paths
+    return save_figure(fig, out, "figure4")
 
 
 def run_figure4(spec: Figure4Spec, out: str | Path, executor: Executor | None = None, on_done=None) -> dict:

@@ -22,13 +22,13 @@ token also holds its symbol. :func:`min_layers_facts` simulates it with boolean 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from stackedheads.errors import UsageError
+from stackedheads.plots import save_figure
 
 
 def paper_bound(depth: int) -> int:
@@ -231,15 +231,4 @@ def plot_theory(rows: Sequence[TheoryRow], out_dir) -> list[str]:
     ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.legend()
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    paths = []
-    for ext in ("png", "svg"):
-        p = out / f"theory.{ext}"
-        fig.savefig(p, dpi=150)
-        paths.append(str(p))
-    plt.close(fig)
-    return paths
-
-
-def log3(x: float) -> float:
-    return math.log(x) / math.log(3)
+    return save_figure(fig, out, "theory")

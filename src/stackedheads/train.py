@@ -33,7 +33,12 @@ from safetensors.torch import load_file, save_file
 from stackedheads.errors import UsageError
 from stackedheads.model import EnsembleTransformer, ModelConfig
 from stackedheads.perf import keep_freed_memory
-from stackedheads.tasks.vectors import Batch, VectorTaskConfig, batch_indices, make_batch
+from stackedheads.tasks.vectors import (
+    Batch,
+    VectorTaskConfig,
+    batch_indices,
+    make_batch,
+)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 

@@ -19,10 +19,20 @@ from pathlib import Path
 
 import torch
 
-from stackedheads.circuits.rules import IDENTITY, KEPT, ROLES, UNIFORM, head_pattern, library, s_index, uniform_causal
+from stackedheads.circuits.rules import (
+    IDENTITY,
+    KEPT,
+    ROLES,
+    UNIFORM,
+    head_pattern,
+    library,
+    s_index,
+    uniform_causal,
+)
 from stackedheads.errors import UsageError
 from stackedheads.model import EnsembleTransformer
 from stackedheads.tasks.vectors import Batch, Meta, VectorTaskConfig
+
 
 def path_key(path: tuple[int, int, int, int]) -> str:
     """``(layer, head, src, dst)`` as text: ``L3.0 s2->s4``."""

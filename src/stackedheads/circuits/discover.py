@@ -34,9 +34,18 @@ from stackedheads.circuits.ablate import (
     loss_table,
     replaced_patterns,
 )
-from stackedheads.circuits.rules import IDENTITY, KEPT, ROLES, UNIFORM, hop_of, library, rule_mass
+from stackedheads.circuits.rules import (
+    IDENTITY,
+    KEPT,
+    ROLES,
+    UNIFORM,
+    hop_of,
+    library,
+    rule_mass,
+)
 from stackedheads.errors import UsageError
 from stackedheads.model import EnsembleTransformer
+from stackedheads.plots import save_figure
 from stackedheads.tasks.vectors import Batch, VectorTaskConfig
 
 
@@ -214,16 +223,7 @@ def plot_circuit(circuit: Circuit, out: str | Path, title: str = "") -> list[str
     ax.axis("off")
     n = len(circuit.useful_heads())
     ax.set_title(title or f"circuit: {n} useful heads, {len(paths)} paths (D={D})", fontsize=10)
-    fig.tight_layout()
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    files = []
-    for ext in ("png", "svg"):
-        p = out / f"circuit.{ext}"
-        fig.savefig(p, dpi=150)
-        files.append(str(p))
-    plt.close(fig)
-    return files
+    return save_figure(fig, out, "circuit")
 
 
 def discover_run(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from stackedheads.plots import save_figure
 from stackedheads.tasks.vectors import FIRST, QUERY, Meta
 
 
@@ -95,12 +96,7 @@ def plot_maps(patterns: dict[int, torch.Tensor], meta: Meta, out: str | Path, n_
             for h in range(H):
                 _heatmap(axes[h][i], mats[l][h].numpy(), lab, f"L{l}.{h}")
         fig.suptitle("sequence 0" if name == "grid" else "mean over sequences, canonical order", fontsize=9)
-        fig.tight_layout()
-        for ext in ("png", "svg"):
-            p = out / f"{name}.{ext}"
-            fig.savefig(p, dpi=110)
-            files.append(str(p))
-        plt.close(fig)
+        files += save_figure(fig, out, name, dpi=110)
     return files
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from stackedheads.errors import UsageError
 from stackedheads.llm.backends import Backend, Generation, Request
+from stackedheads.plots import save_figure
 from stackedheads.tasks import prompts
 from stackedheads.tasks.prompts import FORMULATIONS, Question
 
@@ -551,11 +552,4 @@ def plot_figure2(results: dict[str, Any], out: Path) -> list[str]:
         f"{ident.get('model', '?')} ({ident.get('backend', '?')}, {ident.get('mode', '?')}"
         + (f", {shots}-shot" if shots else "") + ")"
     )
-    fig.tight_layout()
-    paths = []
-    for ext in ("png", "svg"):
-        p = Path(out) / f"figure2.{ext}"
-        fig.savefig(p, dpi=150)
-        paths.append(str(p))
-    plt.close(fig)
-    return paths
+    return save_figure(fig, out, "figure2")

@@ -21,7 +21,14 @@ console = Console(stderr=True)
 
 
 def _progress_bar():
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     bar = Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -78,7 +85,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Benchmark a language model on the five formulations (Section 4, Figure 2)."""
         from stackedheads.llm.backends import BackendError, make_backend
-        from stackedheads.llm.bench import BenchConfig, parse_depths, parse_formulations, plan, run_bench
+        from stackedheads.llm.bench import (
+            BenchConfig,
+            parse_depths,
+            parse_formulations,
+            plan,
+            run_bench,
+        )
 
         cfg = BenchConfig(
             formulations=parse_formulations(formulation), depths=parse_depths(depth), chains=chains,
