@@ -20,30 +20,6 @@ __all__ = ["register"]
 console = Console(stderr=True)
 
 
-def _progress_bar():
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    bar = Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False,
-    )
-    state: dict[str, int] = {}
-
-    def update(done: int, total: int) -> None:
-        if "task" not in state:
-            state["task"] = bar.add_task("llm-bench", total=total, completed=done)
-        bar.update(state["task"], completed=done, total=total)
-
-    return bar, update
-
-
 def _results_table(results: dict) -> Table:
     table = Table(title="LLM benchmark (Sec. 4, Fig. 2): first acceptable answer")
     for col in ("formulation", "D", "n", "accuracy", "Wilson 95%", "chance", "unanswered", "draws/q"):
@@ -108,7 +84,10 @@ def register(app: typer.Typer) -> None:
             backend, model, mode=mode, base_url=base_url, api_key_env=api_key_env, timeout=timeout,
             max_retries=max_retries, concurrency=concurrency, n_threads=threads, n_ctx=n_ctx,
         )
-        bar, update = _progress_bar()
+        from stackedheads.cli import _progress  # the one progress bar of the CLI
+
+        bar, factory = _progress("llm-bench")
+        update = factory("llm-bench")
         try:
             with bar:
                 results = run_bench(engine, cfg, out, progress=update, backend_info=info)
