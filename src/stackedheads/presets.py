@@ -6,7 +6,7 @@
 * ``sec9``: Section 9.1, transformer D: 24 layers, 1 head, d_model 512, no MLP, head size 16,
   D=4, 6,400 steps, batch 256, 262,144 examples, a checkpoint every 80 steps.
 * ``quick`` / ``sec8-quick`` / ``sec9-quick``: CPU-sized twins (see the README for how they
-  were chosen); ``smoke``: seconds, for tests.
+  were chosen); ``smoke``, ``sec8-smoke``, ``sec9-smoke``: seconds, for tests.
 """
 
 from __future__ import annotations
@@ -62,6 +62,11 @@ SEC9_QUICK = replace(
     n_layers=8, d_model=128, batch_size=128, steps=3000, eval_every=50, ckpt_every=50,
 )
 
+# Seconds-sized stand-ins for transformers A-C and D, so `reproduce --preset smoke` exercises
+# the circuits and emergence stages (one head per layer; several checkpoints to follow).
+SEC8_SMOKE = replace(SMOKE, n_layers=3, n_heads=1, steps=40, keep_checkpoints=True, seeds=(0,))
+SEC9_SMOKE = replace(SEC8_SMOKE, mlp=False, d_head=8)
+
 PRESETS: dict[str, TrainConfig] = {
     "paper": PAPER,
     "quick": QUICK,
@@ -70,6 +75,8 @@ PRESETS: dict[str, TrainConfig] = {
     "sec8-quick": SEC8_QUICK,
     "sec9": SEC9,
     "sec9-quick": SEC9_QUICK,
+    "sec8-smoke": SEC8_SMOKE,
+    "sec9-smoke": SEC9_SMOKE,
 }
 
 

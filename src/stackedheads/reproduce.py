@@ -1,26 +1,62 @@
 """``stackedheads reproduce``: every stage of the paper, in order, into one folder.
 
-Each stage writes its own sub-folder and a ``done.json`` marker last, so re-running skips what
-is finished and redoes only an interrupted stage. Stages grow as the project does; today:
+Stages, each in its own sub-folder (``out/<stage>/``):
 
-1. ``theory``  -- the information-flow table and plot (Section 5, Appendix B);
-2. ``prompts`` -- sample questions of the five formulations (Section 4, Appendix A);
-3. ``figure4`` -- the IC vs non-IC sweep over layers and seeds, with claims C1-C3 (Section 7).
+1. ``theory``    -- the information-flow table and plot (Section 5, Appendix B);
+2. ``prompts``   -- sample questions of the five formulations (Section 4, Appendix A);
+3. ``llm``       -- the LLM benchmark (Section 4, Figure 2);
+4. ``figure4``   -- the IC vs non-IC sweep over layers and seeds, claims C1-C3 (Section 7);
+5. ``circuits``  -- transformers A to C: training, attention maps (Appendix C) and the
+   discovered circuits (Section 8, Figure 5, Appendix E);
+6. ``emergence`` -- transformer D: training with dense checkpoints, its circuit, and the
+   attention per path across checkpoints (Section 9, Figures 6-7, Appendix D).
+
+A stage writes ``done.json`` (its summary and wall time) last, so re-running skips finished
+stages; an interrupted stage resumes from what it left (training checkpoints, the benchmark's
+per-sample log, finished sweep runs). The run ends with the HTML report
+(:mod:`stackedheads.report`).
 """
 
 from __future__ import annotations
 
 import json
-import platform
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from stackedheads import theory
+from stackedheads import presets, theory
 from stackedheads.errors import UsageError
-from stackedheads.executors import Executor
+from stackedheads.executors import Executor, Job, LocalExecutor, run_dir
 from stackedheads.tasks import prompts
+from stackedheads.train import TrainConfig
+
+# progress(label, done, total): one call per unit of work, for one display of the whole run.
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class LLMChoice:
+    """Which language model the ``llm`` stage asks (Section 4). No secrets: the API key is read
+    from the environment variable named by ``api_key_env``."""
+
+    backend: str = "llamacpp"
+    model: str = "smollm2"
+    mode: str | None = None
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    concurrency: int = 1
+    threads: int | None = None
+
+
+@dataclass(frozen=True)
+class LLMStage:
+    n: int  # questions per formulation at its default depth (Sec. 4: 500)
+    few_shot: int = 3
+    max_draws: int = 10
+    max_tokens: int = 16
+    equation_depths: tuple[int, ...] = ()  # Fig. 2 right: equations accuracy vs D
+    model: LLMChoice | None = field(default_factory=LLMChoice)  # None: the user must name one
 
 
 @dataclass(frozen=True)
@@ -28,14 +64,43 @@ class ReproducePreset:
     name: str
     theory_max_depth: int
     prompts_per_formulation: int
+    llm: LLMStage
+    figure4: str  # a preset of stackedheads.sweep.FIGURE4
+    circuits: str  # a training preset for transformers A-C (one ensemble member each)
+    emergence: str  # a training preset for transformer D (dense checkpoints)
+    circuits_seeds: tuple[int, ...] = (0, 1, 2)
+    emergence_seeds: tuple[int, ...] = (0,)
+    maps_seqs: int = 4
+    emergence_seqs: int = 32  # Sec. 9.1: 32 input sequences
     seed: int = 0
 
 
 PRESETS = {
-    "smoke": ReproducePreset("smoke", theory_max_depth=6, prompts_per_formulation=2),
-    "quick": ReproducePreset("quick", theory_max_depth=20, prompts_per_formulation=5),
-    "paper": ReproducePreset("paper", theory_max_depth=50, prompts_per_formulation=500),
+    # Every stage in about a minute: the test suite runs it.
+    "smoke": ReproducePreset(
+        "smoke", theory_max_depth=6, prompts_per_formulation=2,
+        llm=LLMStage(n=1, few_shot=0, max_draws=2, max_tokens=8),
+        figure4="smoke", circuits="sec8-smoke", emergence="sec9-smoke",
+        circuits_seeds=(0,), maps_seqs=2, emergence_seqs=8,
+    ),
+    # `make demo`: <= 20 minutes on 2 CPU cores (README). One A-C twin (seed 2: measured to
+    # have the paper's shape) and one D twin keep the training stages within that budget.
+    "quick": ReproducePreset(
+        "quick", theory_max_depth=20, prompts_per_formulation=5,
+        llm=LLMStage(n=24, few_shot=3),
+        figure4="quick", circuits="sec8-quick", emergence="sec9-quick",
+        circuits_seeds=(2,),
+    ),
+    # The paper's scale: 500 questions per formulation on a model the user names; 128 Figure 4
+    # runs; three 12-layer transformers; the 24-layer transformer D. Meant for a GPU.
+    "paper": ReproducePreset(
+        "paper", theory_max_depth=50, prompts_per_formulation=500,
+        llm=LLMStage(n=500, few_shot=0, equation_depths=tuple(range(1, 11)), model=None),
+        figure4="paper", circuits="sec8", emergence="sec9",
+    ),
 }
+
+STAGE_NAMES = ("theory", "prompts", "llm", "figure4", "circuits", "emergence")
 
 
 def get_preset(name: str) -> ReproducePreset:
@@ -44,7 +109,33 @@ def get_preset(name: str) -> ReproducePreset:
     return PRESETS[name]
 
 
-def stage_theory(preset: ReproducePreset, out: Path, executor: Executor | None) -> dict:
+@dataclass
+class Context:
+    """What every stage gets besides the preset."""
+
+    executor: Executor | None = None
+    progress: Progress | None = None
+    device: str | None = None
+    dtype: str | None = None
+    llm: LLMChoice | None = None
+
+    def tick(self, label: str) -> Callable[[int, int], None] | None:
+        return (lambda done, total: self.progress(label, done, total)) if self.progress else None
+
+    def train_config(self, name: str, seeds: tuple[int, ...]) -> TrainConfig:
+        over = {k: v for k, v in (("device", self.device), ("dtype", self.dtype)) if v is not None}
+        return replace(presets.get(name), seeds=seeds, **over)
+
+    def run_jobs(self, jobs: list[Job], out: Path, stage: str) -> None:
+        """Train ``jobs`` on the executor (default: here, reporting every step)."""
+        executor = self.executor or LocalExecutor(lambda job: self.tick(f"{stage}: {job.name}"))
+        executor.run(jobs, out)
+
+
+# --- stages: (preset, stage folder, context) -> summary (JSON) -----------------------------------
+
+
+def stage_theory(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
     rows = theory.theory_table(preset.theory_max_depth)
     with open(out / "theory.jsonl", "w") as f:
         for r in rows:
@@ -53,14 +144,7 @@ def stage_theory(preset: ReproducePreset, out: Path, executor: Executor | None) 
     return {"rows": len(rows), "figures": figures}
 
 
-def stage_figure4(preset: ReproducePreset, out: Path, executor: Executor | None) -> dict:
-    from stackedheads import sweep
-
-    result = sweep.run_figure4(sweep.figure4_spec(preset.name), out, executor)
-    return {"claims": {k: v["pass"] for k, v in result.items()}}
-
-
-def stage_prompts(preset: ReproducePreset, out: Path, executor: Executor | None) -> dict:
+def stage_prompts(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
     counts = {}
     for form in prompts.FORMULATIONS:
         qs = prompts.generate_many(form, n=preset.prompts_per_formulation, seed=preset.seed)
@@ -71,51 +155,177 @@ def stage_prompts(preset: ReproducePreset, out: Path, executor: Executor | None)
     return {"questions": counts}
 
 
-# A stage: (preset, its folder, the executor for training jobs) -> its summary.
-STAGES: list[tuple[str, Callable[[ReproducePreset, Path, Executor | None], dict]]] = [
-    ("theory", stage_theory),
-    ("prompts", stage_prompts),
-    ("figure4", stage_figure4),
-]
+def stage_llm(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
+    from stackedheads.llm.backends import make_backend
+    from stackedheads.llm.bench import BenchConfig, plan, run_bench
+
+    spec, choice = preset.llm, ctx.llm
+    assert choice is not None  # resolve_llm() ran before any stage
+    common = {"seed": preset.seed, "few_shot": spec.few_shot, "max_draws": spec.max_draws, "max_tokens": spec.max_tokens}
+    configs = [BenchConfig(n=spec.n, **common)]
+    if spec.equation_depths:
+        configs.append(BenchConfig(formulations=("equations",), depths=spec.equation_depths, n=spec.n, **common))
+    total = sum(len(plan(c)) for c in configs)
+    info = asdict(choice)
+    backend_args = {k: v for k, v in info.items() if k not in ("backend", "model", "threads")}
+    results: dict = {}
+    offset = 0
+    tick = ctx.tick("llm: questions")
+    for cfg in configs:
+        # A backend is closed at the end of a run, so each pass gets its own.
+        engine = make_backend(choice.backend, choice.model, n_threads=choice.threads, **backend_args)
+        n = len(plan(cfg))
+        results = run_bench(
+            engine, cfg, out, backend_info=info,
+            progress=(lambda d, _t, o=offset: tick(o + d, total)) if tick else None,
+        )
+        offset += n
+    per_f = results["per_formulation"]
+    return {
+        "model": info,
+        "accuracy": {f: s["accuracy"] for f, s in per_f.items()},
+        "chance": {f: s["chance"] for f, s in per_f.items()},
+        "questions": total,
+    }
+
+
+def stage_figure4(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
+    from stackedheads import sweep
+
+    spec = sweep.figure4_spec(preset.figure4, device=ctx.device, dtype=ctx.dtype)
+    executor = ctx.executor or LocalExecutor(lambda job: ctx.tick(f"figure4: {job.name}"))
+    result = sweep.run_figure4(spec, out, executor)
+    return {"claims": {k: v["pass"] for k, v in result.items()}}
+
+
+def _discover(run: Path, out: Path) -> dict:
+    from stackedheads.circuits.discover import discover_run
+
+    found = discover_run(run, out)
+    return {str(seed): d.summary() | {"paths": [list(p) for p in d.circuit.paths()]} for seed, d in found.items()}
+
+
+def stage_circuits(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
+    from stackedheads.circuits.maps import attention_maps
+
+    cfg = ctx.train_config(preset.circuits, preset.circuits_seeds)
+    job = Job("transformers-A-C", "ic", cfg)
+    ctx.run_jobs([job], out, "circuits")
+    run = run_dir(out, job)
+    for seed in cfg.seeds:  # Appendix C: one set of maps per transformer
+        attention_maps(run, out / "maps" / f"seed{seed}", seqs=preset.maps_seqs, seed=seed)
+    discovered = _discover(run, out / "discovered")
+    return {"run": str(run.relative_to(out)), "train": json.loads((run / "summary.json").read_text()), "circuits": discovered}
+
+
+def stage_emergence(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
+    from stackedheads.emergence import emergence_run
+
+    cfg = ctx.train_config(preset.emergence, preset.emergence_seeds)
+    job = Job("transformer-D", "ic", cfg)
+    ctx.run_jobs([job], out, "emergence")
+    run = run_dir(out, job)
+    discovered = _discover(run, out / "discovered")
+    summary = emergence_run(run, out / "timeline", out / "discovered", n_seqs=preset.emergence_seqs)
+    return {
+        "run": str(run.relative_to(out)),
+        "train": json.loads((run / "summary.json").read_text()),
+        "circuits": discovered,
+        "ordering": summary["ordering"],
+    }
+
+
+STAGES: dict[str, Callable[[ReproducePreset, Path, Context], dict]] = {
+    "theory": stage_theory,
+    "prompts": stage_prompts,
+    "llm": stage_llm,
+    "figure4": stage_figure4,
+    "circuits": stage_circuits,
+    "emergence": stage_emergence,
+}
+
+
+def resolve_llm(preset: ReproducePreset, choice: LLMChoice | None) -> LLMChoice:
+    """The user's model, else the preset's; the paper preset has none of its own."""
+    if choice is not None:
+        return choice
+    if preset.llm.model is None:
+        raise UsageError(
+            f"the {preset.name} preset benchmarks a model you name: give --llm-backend and --llm-model "
+            "(e.g. --llm-backend openai --llm-model gpt-4o), or --skip llm"
+        )
+    return preset.llm.model
 
 
 def reproduce(
     preset_name: str,
     out_dir: str | Path,
-    progress: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
     executor: Executor | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    llm: LLMChoice | None = None,
+    skip: tuple[str, ...] = (),
+    report: bool = True,
 ) -> dict:
-    """Run every stage not yet done into ``out_dir``; return the run's summary.
+    """Run every stage not yet done (and not skipped) into ``out_dir``, then write the report.
 
-    Training jobs run on ``executor`` (default: in this process).
+    Training jobs run on ``executor`` (default: in this process). Returns ``summary.json``.
     """
     preset = get_preset(preset_name)
+    unknown = [s for s in skip if s not in STAGES]
+    if unknown:
+        raise UsageError(f"unknown stage {unknown[0]!r} in --skip; stages are {', '.join(STAGES)}")
+    choice = None if "llm" in skip else resolve_llm(preset, llm)
+    ctx = Context(executor, progress, device, dtype, choice)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    config = {
+        "preset": json.loads(json.dumps(asdict(preset))),
+        "llm": asdict(choice) if choice else None,
+        "device": device,
+        "dtype": dtype,
+    }
     config_path = out / "config.json"
     if config_path.exists():
         old = json.loads(config_path.read_text())
-        if old.get("preset") != asdict(preset):
+        if old.get("preset") != config["preset"]:
             raise UsageError(f"{out} holds a run of another preset; choose a new --out")
-    else:
-        config_path.write_text(json.dumps({"preset": asdict(preset)}, indent=2))
-    stages = {}
-    for name, fn in STAGES:
+        for key in ("llm", "device", "dtype"):
+            # A skipped or earlier-finished stage may leave a value unset: fill it, never change it.
+            if old.get(key) is not None and config[key] is not None and old[key] != config[key]:
+                raise UsageError(f"{out} was run with {key} {old[key]}; resume with the same, or choose a new --out")
+            config[key] = old.get(key) if config[key] is None else config[key]
+    config_path.write_text(json.dumps(config, indent=2))
+
+    stages: dict[str, dict] = {}
+    names = [n for n in STAGES if n not in skip]
+    started = time.perf_counter()
+    for i, name in enumerate(names):
+        if progress:
+            progress("stages", i, len(names))
         stage_dir = out / name
         done = stage_dir / "done.json"
         if done.exists():
-            stages[name] = {**json.loads(done.read_text()), "skipped": True}
-            if progress:
-                progress(f"{name}: already done")
+            stages[name] = {**json.loads(done.read_text()), "already_done": True}
             continue
-        if progress:
-            progress(f"{name}: running")
         stage_dir.mkdir(exist_ok=True)
         t0 = time.perf_counter()
-        result = fn(preset, stage_dir, executor)
+        result = STAGES[name](preset, stage_dir, ctx)
         result["wall_s"] = round(time.perf_counter() - t0, 3)
         done.write_text(json.dumps(result, indent=2))
         stages[name] = result
-    summary = {"preset": preset.name, "python": platform.python_version(), "stages": stages}
+    if progress:
+        progress("stages", len(names), len(names))
+    summary = {
+        "preset": preset.name,
+        "stages": stages,
+        "skipped_stages": list(skip),
+        "wall_s_this_invocation": round(time.perf_counter() - started, 3),
+    }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    if report:
+        from stackedheads.report import write_report
+
+        summary["report"] = str(write_report(out))
     return summary

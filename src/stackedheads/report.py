@@ -1,0 +1,211 @@
+"""``stackedheads report DIR``: a self-contained static HTML report of a ``reproduce`` folder.
+
+The report is ``DIR/report/index.html`` plus ``DIR/report/img/`` (every figure, PNG shown and
+SVG linked): no script, no CDN, nothing fetched, so it opens offline from a file and can be
+copied elsewhere as one folder. Text that comes from prompts or from a model goes through
+Jinja2's autoescaping.
+
+Sections follow the paper: the claims table (:mod:`stackedheads.claims`), then Sections 3, 4
+(Figure 2), 5 (the theory plot), 7 (Figure 4), 8 (Figure 5, Appendices C and E) and 9
+(Figures 6-7, Appendix D), and the run's configurations, package versions and wall times.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import time
+from collections import Counter
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import jinja2
+
+from stackedheads import claims as claims_mod
+from stackedheads.errors import UsageError
+
+PACKAGES = (
+    "stackedheads", "torch", "numpy", "matplotlib", "safetensors", "typer", "rich", "jinja2",
+    "llama_cpp_python", "openai", "ray",
+)
+SECTIONS = [
+    ("sec3", "3 Retrieval problem"),
+    ("sec4", claims_mod.SEC4),
+    ("sec5", claims_mod.SEC5),
+    ("sec7", claims_mod.SEC7),
+    ("sec8", claims_mod.SEC8),
+    ("sec9", claims_mod.SEC9),
+]
+SAMPLES_PER_FORMULATION = 2
+
+
+@dataclass(frozen=True)
+class Figure:
+    png: str  # relative to the report folder
+    svg: str | None
+    caption: str
+
+
+def package_versions() -> dict[str, str]:
+    out = {"python": platform.python_version(), "platform": platform.platform()}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def _json(path: Path):
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+class _Figures:
+    """Copies figures into ``report/img`` under names unique to their source path."""
+
+    def __init__(self, run: Path, report: Path) -> None:
+        self.run, self.img = run, report / "img"
+        self.img.mkdir(parents=True, exist_ok=True)
+
+    def add(self, png: Path, caption: str) -> Figure | None:
+        if not png.exists():
+            return None
+        stem = "__".join(png.relative_to(self.run).with_suffix("").parts)
+        shutil.copyfile(png, self.img / f"{stem}.png")
+        svg = png.with_suffix(".svg")
+        if svg.exists():
+            shutil.copyfile(svg, self.img / f"{stem}.svg")
+        return Figure(f"img/{stem}.png", f"img/{stem}.svg" if svg.exists() else None, caption)
+
+    def glob(self, folder: Path, pattern: str, caption) -> list[Figure]:
+        found = [self.add(p, caption(p)) for p in sorted(folder.glob(pattern))]
+        return [f for f in found if f]
+
+
+def _seed_of(path: Path) -> str:
+    return next((p[4:] for p in path.parts if p.startswith("seed")), "?")
+
+
+def _llm_samples(records: list[dict]) -> list[dict]:
+    """A few answered questions per formulation: the question's last line and the draws."""
+    shown: Counter[str] = Counter()
+    out = []
+    for r in records:
+        if shown[r["formulation"]] >= SAMPLES_PER_FORMULATION:
+            continue
+        shown[r["formulation"]] += 1
+        prompt = r["prompt"] if isinstance(r["prompt"], str) else r["prompt"][-1]["content"]
+        out.append({
+            "formulation": r["formulation"],
+            "tail": prompt.strip().splitlines()[-1] if prompt.strip() else "",
+            "draws": [d["text"] for d in r["draws"]],
+            "answer": r["answer"],
+            "correct": r["correct"],
+        })
+    return out
+
+
+def _stages(run: Path) -> tuple[list[dict], str]:
+    from stackedheads.reproduce import STAGE_NAMES
+
+    rows, total = [], 0.0
+    for name in STAGE_NAMES:
+        done = _json(run / name / "done.json")
+        if done is None:
+            state = "in progress" if (run / name).exists() else "not run"
+            rows.append({"name": name, "wall": "-", "state": state})
+            continue
+        total += done["wall_s"]
+        rows.append({"name": name, "wall": _duration(done["wall_s"]), "state": "done"})
+    return rows, _duration(total)
+
+
+def _duration(seconds: float) -> str:
+    m, s = divmod(seconds, 60)
+    return f"{int(m)} min {s:.0f} s" if m else f"{s:.1f} s"
+
+
+def _configs(run: Path) -> list[dict]:
+    files = [
+        ("reproduce: config.json", run / "config.json"),
+        ("llm: config.json (benchmark invocations)", run / "llm" / "config.json"),
+        ("figure4: sweep.json", run / "figure4" / "sweep.json"),
+        ("circuits: transformers A-C config.json", run / "circuits" / "runs" / "transformers-A-C" / "config.json"),
+        ("emergence: transformer D config.json", run / "emergence" / "runs" / "transformer-D" / "config.json"),
+    ]
+    return [{"name": name, "text": p.read_text()} for name, p in files if p.exists()]
+
+
+def write_report(run_dir: str | Path) -> Path:
+    """Write ``run_dir/report/index.html`` (and its images); return the HTML's path."""
+    run = Path(run_dir)
+    config = _json(run / "config.json")
+    if config is None or "preset" not in config:
+        raise UsageError(f"{run} is not a reproduce folder (no config.json from `stackedheads reproduce`)")
+    report = run / "report"
+    if (report / "img").exists():
+        shutil.rmtree(report / "img")  # no stale figures from an earlier report
+    figs = _Figures(run, report)
+    circ, emer = run / "circuits", run / "emergence"
+    figures = {
+        "theory": figs.add(run / "theory" / "theory.png", "Minimum layers vs D: the exact simulation of Assumptions 1-2 beside ceil(log3 2D) (Sec. 5, App. B)"),
+        "figure2": figs.add(run / "llm" / "figure2.png", "Figure 2: accuracy per formulation with Wilson 95% intervals; dashed: chance"),
+        "figure4": figs.add(run / "figure4" / "figure4.png", "Figure 4: final loss vs layers (IC and non-IC) and partial losses per chain position"),
+        "circuits": figs.glob(circ / "discovered", "seed*/circuit.png", lambda p: f"Seed {_seed_of(p)}: the discovered circuit (useful paths)"),
+        "maps": figs.glob(circ / "maps", "seed*/grid.png", lambda p: f"Seed {_seed_of(p)}: attention per layer on single sequences")
+        + figs.glob(circ / "maps", "seed*/mean.png", lambda p: f"Seed {_seed_of(p)}: mean attention by token role"),
+        "figure6": figs.glob(emer / "timeline", "seed*/losses.png", lambda p: f"Seed {_seed_of(p)}: train/validation loss and partial losses; dashed: a path emerges"),
+        "figure7": figs.glob(emer / "discovered", "seed*/circuit.png", lambda p: f"Seed {_seed_of(p)}: the circuit of transformer D")
+        + figs.glob(emer / "timeline", "seed*/emergence_summary.png", lambda p: f"Seed {_seed_of(p)}: first step with mean attention above 0.5"),
+        "appendix_d": figs.glob(emer / "timeline", "seed*/path*.png", lambda p: f"Seed {_seed_of(p)}: {p.stem.split('_', 1)[1]}"),
+    }
+    claims = claims_mod.collect(run)
+    counts = Counter({claims_mod.PASS: 0, claims_mod.FAIL: 0, claims_mod.NOT_RUN: 0})
+    counts.update(c.verdict for c in claims)
+    circuit_tables = [
+        {"seed": seed, "rows": found["losses"]}
+        for seed, found in ((_json(circ / "done.json") or {}).get("circuits") or {}).items()
+    ]
+    stages, total = _stages(run)
+    llm = _json(run / "llm" / "results.json")
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("stackedheads", "templates"),
+        autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=False,
+    )
+    html = env.get_template("report.html.j2").render(
+        preset=config["preset"]["name"],
+        run_dir=str(run),
+        generated=time.strftime("%Y-%m-%d %H:%M"),
+        versions=package_versions(),
+        total_wall=total,
+        sections=[{"anchor": a, "title": t} for a, t in SECTIONS],
+        sections_by_id=dict(SECTIONS),
+        claims=claims,
+        counts=counts,
+        prompts=[qs[0] for form in _prompt_forms(run) if (qs := _jsonl(run / "prompts" / f"{form}.jsonl"))],
+        llm=llm,
+        llm_samples=_llm_samples(_jsonl(run / "llm" / "samples.jsonl")) if llm else [],
+        theory=_jsonl(run / "theory" / "theory.jsonl"),
+        figures=figures,
+        circuit_tables=circuit_tables,
+        stages=stages,
+        configs=_configs(run),
+    )
+    path = report / "index.html"
+    path.write_text(html, encoding="utf-8")
+    (report / "claims.json").write_text(json.dumps([c.to_dict() for c in claims], indent=2))
+    return path
+
+
+def _prompt_forms(run: Path) -> list[str]:
+    from stackedheads.tasks.prompts import FORMULATIONS
+
+    return [f for f in FORMULATIONS if (run / "prompts" / f"{f}.jsonl").exists()]

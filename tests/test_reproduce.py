@@ -1,0 +1,215 @@
+"""`stackedheads reproduce` end to end (smoke preset), the claims, and the HTML report, checked
+in a real headless Chromium."""
+
+import html
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from browser import chromium, full_page_screenshot, missing
+
+from stackedheads import claims, theory
+from stackedheads.report import write_report
+from stackedheads.reproduce import STAGE_NAMES
+
+CLI = [sys.executable, "-m", "stackedheads.cli"]
+
+
+def run(*args):
+    return subprocess.run([*CLI, *args], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("reproduce") / "smoke"
+    r = run("reproduce", "--preset", "smoke", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert f"report: {out / 'report' / 'index.html'}" in r.stderr.replace("\n", "")
+    return out
+
+
+def test_every_stage_runs_and_writes_its_outputs(smoke):
+    summary = json.loads((smoke / "summary.json").read_text())
+    assert list(summary["stages"]) == list(STAGE_NAMES)
+    for name in STAGE_NAMES:
+        done = json.loads((smoke / name / "done.json").read_text())
+        assert done["wall_s"] >= 0
+    for rel in (
+        "theory/theory.png", "prompts/equations.jsonl", "llm/results.json", "llm/figure2.png",
+        "figure4/claims.json", "figure4/figure4.png",
+        "circuits/discovered/seed0/circuit.json", "circuits/maps/seed0/grid.png",
+        "emergence/timeline/seed0/timeline.json", "emergence/timeline/seed0/losses.png",
+        "report/index.html", "report/claims.json",
+    ):
+        assert (smoke / rel).stat().st_size > 0, rel
+    # The LLM stage asked every formulation, through the real local model.
+    results = json.loads((smoke / "llm" / "results.json").read_text())
+    assert set(results["per_formulation"]) == {"equations", "lives-with", "kingdoms", "functions", "relatives"}
+    assert results["identity"]["model"] == "smollm2"
+
+
+def test_rerun_skips_finished_stages_and_resumes_an_unfinished_one(smoke, tmp_path):
+    out = tmp_path / "copy"
+    shutil.copytree(smoke, out)
+    samples = out / "llm" / "samples.jsonl"
+    before = {p: p.stat().st_mtime_ns for p in (samples, out / "figure4" / "summary.csv", out / "circuits" / "done.json")}
+    # An emergence stage cut short after training: its marker and timeline are gone.
+    (out / "emergence" / "done.json").unlink()
+    shutil.rmtree(out / "emergence" / "timeline")
+    r = run("reproduce", "--preset", "smoke", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert all(summary["stages"][s].get("already_done") for s in STAGE_NAMES if s != "emergence")
+    assert not summary["stages"]["emergence"].get("already_done")
+    assert (out / "emergence" / "timeline" / "seed0" / "timeline.json").exists()
+    assert {p: p.stat().st_mtime_ns for p in before} == before
+    # Its training run was complete: the second attempt starts at the last step and trains nothing.
+    attempts = (out / "emergence" / "runs" / "transformer-D" / "attempts.jsonl").read_text().splitlines()
+    assert len(attempts) == 2 and json.loads(attempts[1])["resumed_from"] == 40
+
+
+def test_another_preset_in_the_same_folder_is_refused(smoke, tmp_path):
+    out = tmp_path / "copy"
+    shutil.copytree(smoke, out)
+    r = run("reproduce", "--preset", "quick", "--out", str(out))
+    assert r.returncode == 2 and "another preset" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_paper_preset_asks_for_a_model_before_doing_anything(tmp_path):
+    r = run("reproduce", "--preset", "paper", "--out", str(tmp_path / "p"))
+    assert r.returncode == 2 and "--llm-backend" in r.stderr
+    assert not (tmp_path / "p").exists()
+
+
+# --- claims ---------------------------------------------------------------------------------------
+
+
+def _cell(acc, lo, chance, n=100, formulation="equations", depth=5):
+    return {"formulation": formulation, "depth": depth, "accuracy": acc, "ci95": [lo, acc + 0.05], "chance": chance, "n": n}
+
+
+def test_llm_claims_compare_the_interval_with_chance():
+    good = {"identity": {"model": "m"}, "per_formulation": {"equations": _cell(0.9, 0.85, 0.25)},
+            "per_depth": {"equations": {"5": _cell(0.9, 0.85, 0.25)}}}
+    l1, l2 = claims.llm_claims(good)
+    assert l1.verdict == claims.PASS and l2.verdict == claims.PASS
+    at_chance = {**good, "per_formulation": {"equations": _cell(0.3, 0.2, 0.25)}}
+    assert claims.llm_claims(at_chance)[0].verdict == claims.FAIL
+    low = {**good, "per_depth": {"equations": {"3": _cell(0.6, 0.5, 0.25, depth=3), "9": _cell(0.1, 0.0, 0.25, depth=9)}}}
+    assert claims.llm_claims(low)[1].verdict == claims.FAIL
+    assert [c.verdict for c in claims.llm_claims(None)] == [claims.NOT_RUN] * 2
+
+
+def test_theory_claims_pass_on_the_simulation_and_fail_on_a_broken_row():
+    rows = [r.to_dict() for r in theory.theory_table(30)]
+    assert [c.verdict for c in claims.theory_claims(rows)] == [claims.PASS] * 3
+    rows[9] = {**rows[9], "min_layers": rows[9]["paper_bound"] - 1}
+    t1, t2, t3 = claims.theory_claims(rows)
+    assert t1.verdict == claims.FAIL and "D = [10]" in t1.measured and t2.verdict == claims.FAIL
+
+
+def _found(paths, useful, threshold=0.2, combined=0.15):
+    return {"paths": paths, "n_useful_heads": useful, "theory_min_heads": 3, "threshold": threshold,
+            "losses": [{"ablation": "none", "loss": 0.1}, {"ablation": "combined", "loss": combined}]}
+
+
+def test_circuit_claims_read_the_paper_observations():
+    config = {"n_layers": 12, "n_heads": 1}
+    paper_like = _found([[0, 0, 2, 1], [0, 0, 4, 3], [5, 0, 0, 2], [7, 0, 0, 4], [9, 0, 0, 6]], 4)
+    stage = {"train": {"config": config, "seeds": {"0": {"final_val_loss": 0.005}}}, "circuits": {"0": paper_like}}
+    assert [c.verdict for c in claims.circuit_claims(stage)] == [claims.PASS] * 5
+    # The lowest useful head reads s2 from the query (not a pair link); 2 < 3 heads; loss too high.
+    other = _found([[1, 0, 0, 2], [2, 0, 0, 4]], 2, combined=0.3)
+    stage = {"train": {"config": config, "seeds": {"0": {"final_val_loss": 0.1}}}, "circuits": {"0": other}}
+    verdicts = {c.id: c.verdict for c in claims.circuit_claims(stage)}
+    assert verdicts == {"A1": "FAIL", "A2": "PASS", "A3": "FAIL", "A4": "FAIL", "A5": "FAIL"}
+
+
+def test_emergence_claims_follow_the_timeline(tmp_path):
+    (tmp_path / "seed0").mkdir()
+    timeline = {"emerged": {"L4.0 s0->s2": 400.0, "L5.0 s0->s4": 800.0}, "serves": {"L4.0 s0->s2": [1], "L5.0 s0->s4": [2]},
+                "in_order": True, "retrieved": {"x1": 400.0, "x2": 800.0}}
+    (tmp_path / "seed0" / "timeline.json").write_text(json.dumps(timeline))
+    stage = {"circuits": {"0": _found([[4, 0, 0, 2], [5, 0, 0, 4]], 2)}, "ordering": {"runs": 1, "decided": 1, "in_order": 1}}
+    assert [c.verdict for c in claims.emergence_claims(stage, tmp_path)] == [claims.PASS] * 3
+    timeline["serves"] = {"L4.0 s0->s2": [2], "L5.0 s0->s4": [1]}
+    (tmp_path / "seed0" / "timeline.json").write_text(json.dumps(timeline))
+    stage["ordering"] = {"runs": 1, "decided": 1, "in_order": 0}
+    assert [c.verdict for c in claims.emergence_claims(stage, tmp_path)][1:] == [claims.FAIL] * 2
+
+
+# --- the report -----------------------------------------------------------------------------------
+
+
+def test_report_escapes_prompt_and_model_text(smoke, tmp_path):
+    out = tmp_path / "copy"
+    shutil.copytree(smoke, out)
+    evil = "<script>alert('x')</script>"
+    q = json.loads((out / "prompts" / "equations.jsonl").read_text().splitlines()[0])
+    q["prompt"] = f"a = 1. {evil} a = ?"
+    (out / "prompts" / "equations.jsonl").write_text(json.dumps(q) + "\n")
+    records = [json.loads(line) for line in (out / "llm" / "samples.jsonl").read_text().splitlines()]
+    records[0]["draws"][0]["text"] = '<img src=x onerror="alert(1)">'
+    (out / "llm" / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    page = write_report(out).read_text()
+    assert evil not in page and "onerror=\"alert" not in page
+    assert html.escape(evil, quote=False).replace("'", "&#39;") in page
+    assert "<script" not in page  # the report has no script of its own either
+
+
+def test_report_needs_a_reproduce_folder(tmp_path):
+    r = run("report", str(tmp_path))
+    assert r.returncode == 2 and "not a reproduce folder" in r.stderr
+
+
+def _inspect(driver, page: Path) -> dict:
+    driver.get(page.as_uri())
+    return {
+        "errors": [e for e in driver.get_log("browser") if e["level"] == "SEVERE"],
+        "images": driver.execute_script(
+            "return Array.from(document.images).map(i => [i.getAttribute('src'), i.complete, i.naturalWidth])"
+        ),
+        "claims": driver.execute_script(
+            "const t = document.getElementById('claims-table');"
+            "return t ? Array.from(t.tBodies[0].rows).map(r => r.cells[r.cells.length - 1].textContent) : null"
+        ),
+        "sections": driver.execute_script("return Array.from(document.querySelectorAll('h2[id]')).map(h => h.id)"),
+    }
+
+
+def test_report_in_headless_chromium(smoke, tmp_path):
+    why = missing()
+    assert why is None, why
+    page = smoke / "report" / "index.html"
+    with chromium() as driver:
+        seen = _inspect(driver, page)
+        assert seen["errors"] == []
+        # The theory plot, Figs. 2, 4, 5, App. C (grid, mean), Figs. 6, 7 (circuit, summary). The
+        # smoke models are untrained, so their circuits have no path for App. D to follow.
+        expected_figures = {
+            f"img/{name}.png" for name in (
+                "theory__theory", "llm__figure2", "figure4__figure4", "circuits__discovered__seed0__circuit",
+                "circuits__maps__seed0__grid", "circuits__maps__seed0__mean", "emergence__timeline__seed0__losses",
+                "emergence__discovered__seed0__circuit", "emergence__timeline__seed0__emergence_summary",
+            )
+        }
+        assert expected_figures <= {src for src, _, _ in seen["images"]}
+        broken = [src for src, complete, width in seen["images"] if not (complete and width > 0)]
+        assert broken == [] and all(src.startswith("img/") for src, _, _ in seen["images"])
+        expected = json.loads((smoke / "report" / "claims.json").read_text())
+        assert seen["claims"] == [c["verdict"] for c in expected]
+        assert {"claims", "sec3", "sec4", "sec5", "sec7", "sec8", "sec9", "run"} <= set(seen["sections"])
+        shot = tmp_path / "report.png"
+        full_page_screenshot(driver, shot)
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
+
+        # The same checks catch a missing figure: they are not vacuous.
+        copy = tmp_path / "copy"
+        shutil.copytree(smoke / "report", copy)
+        victim = next((copy / "img").glob("figure4__figure4.png"))
+        victim.unlink()
+        broken = [src for src, complete, width in _inspect(driver, copy / "index.html")["images"] if not width]
+        assert broken == ["img/figure4__figure4.png"]
