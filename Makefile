@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml Makefile
 browser:
 	@test -x /usr/bin/chromium && test -x /usr/bin/chromedriver || { \
 	  $(SUDO) apt-get update -qq && \
-	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver; }
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 
 test: $(STAMP) browser
 	$(BIN)/python -m pytest -q
