@@ -84,6 +84,13 @@ def test_paper_preset_asks_for_a_model_before_doing_anything(tmp_path):
     assert not (tmp_path / "p").exists()
 
 
+@pytest.mark.parametrize("args", [("--dtype", "float16"), ("--device", "tpu"), ("--skip", "everything")])
+def test_bad_training_options_fail_before_any_stage(tmp_path, args):
+    r = run("reproduce", "--preset", "smoke", "--out", str(tmp_path / "r"), *args)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+
+
 # --- claims ---------------------------------------------------------------------------------------
 
 

@@ -126,10 +126,9 @@ class Context:
         over = {k: v for k, v in (("device", self.device), ("dtype", self.dtype)) if v is not None}
         return replace(presets.get(name), seeds=seeds, **over)
 
-    def run_jobs(self, jobs: list[Job], out: Path, stage: str) -> None:
-        """Train ``jobs`` on the executor (default: here, reporting every step)."""
-        executor = self.executor or LocalExecutor(lambda job: self.tick(f"{stage}: {job.name}"))
-        executor.run(jobs, out)
+    def executor_for(self, stage: str) -> Executor:
+        """The run's executor; by default this process, with a progress bar per job."""
+        return self.executor or LocalExecutor(lambda job: self.tick(f"{stage}: {job.name}"))
 
 
 # --- stages: (preset, stage folder, context) -> summary (JSON) -----------------------------------
@@ -193,8 +192,7 @@ def stage_figure4(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
     from stackedheads import sweep
 
     spec = sweep.figure4_spec(preset.figure4, device=ctx.device, dtype=ctx.dtype)
-    executor = ctx.executor or LocalExecutor(lambda job: ctx.tick(f"figure4: {job.name}"))
-    result = sweep.run_figure4(spec, out, executor)
+    result = sweep.run_figure4(spec, out, ctx.executor_for("figure4"))
     return {"claims": {k: v["pass"] for k, v in result.items()}}
 
 
@@ -210,7 +208,7 @@ def stage_circuits(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
 
     cfg = ctx.train_config(preset.circuits, preset.circuits_seeds)
     job = Job("transformers-A-C", "ic", cfg)
-    ctx.run_jobs([job], out, "circuits")
+    ctx.executor_for("circuits").run([job], out)
     run = run_dir(out, job)
     for seed in cfg.seeds:  # Appendix C: one set of maps per transformer
         attention_maps(run, out / "maps" / f"seed{seed}", seqs=preset.maps_seqs, seed=seed)
@@ -223,7 +221,7 @@ def stage_emergence(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
 
     cfg = ctx.train_config(preset.emergence, preset.emergence_seeds)
     job = Job("transformer-D", "ic", cfg)
-    ctx.run_jobs([job], out, "emergence")
+    ctx.executor_for("emergence").run([job], out)
     run = run_dir(out, job)
     discovered = _discover(run, out / "discovered")
     summary = emergence_run(run, out / "timeline", out / "discovered", n_seqs=preset.emergence_seqs)
@@ -278,6 +276,13 @@ def reproduce(
         raise UsageError(f"unknown stage {unknown[0]!r} in --skip; stages are {', '.join(STAGES)}")
     choice = None if "llm" in skip else resolve_llm(preset, llm)
     ctx = Context(executor, progress, device, dtype, choice)
+    # Bad --device / --dtype fail here, not after the stages before training have run.
+    ctx.train_config(preset.circuits, preset.circuits_seeds)
+    if device is not None and device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError("--device cuda was asked for but no CUDA device is available")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     config = {
