@@ -37,8 +37,16 @@ class Claim:
         return asdict(self)
 
 
-def _json(path: Path) -> dict | list | None:
+def read_json(path: Path) -> dict | list | None:
+    """A stage's JSON file, or None when the stage has not written it."""
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """A stage's JSON-lines file ([] when absent)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def _verdict(ok: bool) -> str:
@@ -214,7 +222,7 @@ def emergence_claims(stage: dict | None, timeline_dir: Path | None) -> list[Clai
     abl = {s: _ablation(found[s]) for s in seeds}
     firsts, orders = {}, {}
     for s in seeds:
-        t = _json(timeline_dir / f"seed{s}" / "timeline.json") if timeline_dir else None
+        t = read_json(timeline_dir / f"seed{s}" / "timeline.json") if timeline_dir else None
         if not t:
             continue
         emerged = {k: v for k, v in t["emerged"].items() if v is not None}
@@ -238,13 +246,10 @@ def emergence_claims(stage: dict | None, timeline_dir: Path | None) -> list[Clai
 def collect(run: str | Path) -> list[Claim]:
     """Every claim of the paper checked on the reproduce folder ``run``."""
     run = Path(run)
-    theory_rows = None
-    if (run / "theory" / "theory.jsonl").exists():
-        theory_rows = [json.loads(line) for line in (run / "theory" / "theory.jsonl").read_text().splitlines() if line]
     return [
-        *llm_claims(_json(run / "llm" / "results.json")),
-        *theory_claims(theory_rows),
-        *figure4_claims(_json(run / "figure4" / "claims.json")),
-        *circuit_claims(_json(run / "circuits" / "done.json")),
-        *emergence_claims(_json(run / "emergence" / "done.json"), run / "emergence" / "timeline"),
+        *llm_claims(read_json(run / "llm" / "results.json")),
+        *theory_claims(read_jsonl(run / "theory" / "theory.jsonl")),
+        *figure4_claims(read_json(run / "figure4" / "claims.json")),
+        *circuit_claims(read_json(run / "circuits" / "done.json")),
+        *emergence_claims(read_json(run / "emergence" / "done.json"), run / "emergence" / "timeline"),
     ]

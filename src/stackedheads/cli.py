@@ -81,11 +81,7 @@ def theory_cmd(
             table.add_row(str(r.depth), str(r.paper_bound), str(r.min_layers), str(r.min_layers_causal), per)
         Console().print(table)
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        with open(out / "theory.jsonl", "w") as f:
-            for r in rows:
-                f.write(json.dumps(r.to_dict()) + "\n")
-        for p in theory.plot_theory(rows, out):
+        for p in theory.save_table(rows, out):
             console.print(f"wrote {p}")
 
 

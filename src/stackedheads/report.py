@@ -24,6 +24,8 @@ from pathlib import Path
 import jinja2
 
 from stackedheads import claims as claims_mod
+from stackedheads.claims import read_json as _json
+from stackedheads.claims import read_jsonl as _jsonl
 from stackedheads.errors import UsageError
 
 PACKAGES = (
@@ -56,16 +58,6 @@ def package_versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[name] = "not installed"
     return out
-
-
-def _json(path: Path):
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-def _jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 class _Figures:

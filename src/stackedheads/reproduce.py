@@ -136,11 +136,7 @@ class Context:
 
 def stage_theory(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
     rows = theory.theory_table(preset.theory_max_depth)
-    with open(out / "theory.jsonl", "w") as f:
-        for r in rows:
-            f.write(json.dumps(r.to_dict()) + "\n")
-    figures = theory.plot_theory(rows, out)
-    return {"rows": len(rows), "figures": figures}
+    return {"rows": len(rows), "files": theory.save_table(rows, out)}
 
 
 def stage_prompts(preset: ReproducePreset, out: Path, ctx: Context) -> dict:

@@ -232,3 +232,16 @@ def plot_theory(rows: Sequence[TheoryRow], out_dir) -> list[str]:
     ax.legend()
     ax.grid(alpha=0.3)
     return save_figure(fig, out, "theory")
+
+
+def save_table(rows: Sequence[TheoryRow], out_dir) -> list[str]:
+    """``out_dir/theory.jsonl`` (one row per D) and the plot; returns the paths written."""
+    import json
+    from pathlib import Path
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "theory.jsonl", "w") as f:
+        for r in rows:
+            f.write(json.dumps(r.to_dict()) + "\n")
+    return [str(out / "theory.jsonl"), *plot_theory(rows, out)]
