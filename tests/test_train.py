@@ -35,7 +35,7 @@ def test_run_folder_is_self_describing(tmp_path):
     cfg = TrainConfig.from_dict(json.loads((tmp_path / "config.json").read_text()))
     assert cfg == SMOKE
     steps = [s for s, _ in list_checkpoints(tmp_path)]
-    assert steps == [SMOKE.steps]  # keep_checkpoints=False keeps only the last
+    assert steps == [SMOKE.steps - SMOKE.ckpt_every, SMOKE.steps]  # keep_checkpoints=False keeps the last two
     rows = read_metrics(tmp_path)
     assert {r["seed"] for r in rows} == {0, 1}
     assert set(rows[0]) == {"step", "seed", "train_loss", "val_loss", "val_x1", "val_x2", "wall_s"}

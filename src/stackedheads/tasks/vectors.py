@@ -30,6 +30,7 @@ from stackedheads.errors import UsageError
 FIRST, SECOND, QUERY = 0, 1, 2
 ROLE_NAMES = ("first", "second", "query")
 SPLITS = {"train": 0, "val": 1, "test": 2}
+PE_KINDS = ("token", "pair")
 
 _MASK32 = 0xFFFFFFFF
 
@@ -46,6 +47,10 @@ class VectorTaskConfig:
     n_val: int = 4096
     seed: int = 0
     pe_base: float = 10000.0  # RoFormer's base
+    # "token": every position its own code (Sec. 6, "concatenate each token embedding with a
+    # positional encoding"); "pair": App. B Def. 2-3's reading, where both tokens of an input
+    # pair share the code p_k of the pair (queries get codes of their own after the pairs).
+    pe: str = "token"
 
     def __post_init__(self) -> None:
         if self.chains < 1:
@@ -58,6 +63,8 @@ class VectorTaskConfig:
             raise UsageError("n_train and n_val must be >= 1")
         if self.pe_base <= 1:
             raise UsageError(f"pe_base must be > 1, got {self.pe_base}")
+        if self.pe not in PE_KINDS:
+            raise UsageError(f"pe must be one of {', '.join(PE_KINDS)}, got {self.pe!r}")
 
     @property
     def seq_len(self) -> int:
@@ -182,6 +189,16 @@ def positional_encoding(seq_len: int, dims: int, base: float = 10000.0) -> torch
     return torch.stack([ang.sin(), ang.cos()], dim=-1).flatten(-2).float()
 
 
+def position_codes(cfg: VectorTaskConfig) -> torch.Tensor:
+    """``(T, K)`` positional features of every position, by ``cfg.pe``."""
+    T = cfg.seq_len
+    if cfg.pe == "token":
+        return positional_encoding(T, cfg.dims, cfg.pe_base)
+    n_pairs = cfg.chains * cfg.depth
+    index = torch.cat([torch.arange(2 * n_pairs) // 2, n_pairs + torch.arange(cfg.chains)])
+    return positional_encoding(n_pairs + cfg.chains, cfg.dims, cfg.pe_base)[index]
+
+
 def layout(cfg: VectorTaskConfig, pair_perm: torch.Tensor, query_perm: torch.Tensor) -> Meta:
     """Per-token metadata for given within-step chain orders.
 
@@ -235,7 +252,7 @@ def make_batch(cfg: VectorTaskConfig, index: torch.Tensor | range | list[int], s
     meta = layout(cfg, pair_perm, query_perm)
 
     tokens = symbols[torch.arange(B)[:, None], meta.chain, meta.step]  # (B, T, K)
-    pe = positional_encoding(cfg.seq_len, K, cfg.pe_base).expand(B, -1, -1)
+    pe = position_codes(cfg).expand(B, -1, -1)
     inputs = torch.cat([tokens, pe], dim=-1)
     chain_syms = symbols[torch.arange(B)[:, None], meta.query_chain]  # (B, N, D+1, K)
     targets = chain_syms[:, :, 1:].flatten(2) if cfg.ic else chain_syms[:, :, D]
