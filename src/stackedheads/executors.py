@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Protocol
 
 from stackedheads.errors import UsageError
+from stackedheads.storage import FolderLock
 from stackedheads.train import TrainConfig, list_checkpoints, train
 
 EXECUTORS = ("local", "ray")
@@ -46,12 +47,14 @@ def run_dir(out: Path, job: Job) -> Path:
 def run_job(job: Job, out: str | Path, progress: Callable[[int, int], None] | None = None) -> dict:
     """Train (or resume, or skip) one job into ``out/runs/<name>``; returns its summary."""
     folder = run_dir(Path(out), job)
-    folder.mkdir(parents=True, exist_ok=True)
-    ckpts = list_checkpoints(folder)
-    attempt = {"pid": os.getpid(), "host": socket.gethostname(), "start": time.time(), "resumed_from": ckpts[-1][0] if ckpts else 0}
-    with open(folder / "attempts.jsonl", "a") as f:
-        f.write(json.dumps(attempt) + "\n")
-    return train(job.config, folder, progress=progress)
+    # Locked before the attempt is logged, so a refused second process logs nothing
+    # (train() takes the same lock again, which a re-entrant lock allows).
+    with FolderLock(folder, "training run", reentrant=True):
+        ckpts = list_checkpoints(folder)
+        attempt = {"pid": os.getpid(), "host": socket.gethostname(), "start": time.time(), "resumed_from": ckpts[-1][0] if ckpts else 0}
+        with open(folder / "attempts.jsonl", "a") as f:
+            f.write(json.dumps(attempt) + "\n")
+        return train(job.config, folder, progress=progress)
 
 
 class Executor(Protocol):
@@ -93,8 +96,10 @@ class RayExecutor:
             import ray  # noqa: F401
         except ImportError:
             raise UsageError("the ray executor needs Ray: pip install 'stackedheads[ray]'") from None
-        if cpus_per_job <= 0 or max_retries < 0:
+        if not cpus_per_job > 0 or max_retries < 0:  # also refuses nan
             raise UsageError("cpus_per_job must be > 0 and max_retries >= 0")
+        if address is not None:
+            check_reachable(address)  # before any stage runs, so a typo costs seconds, not minutes
         self.address, self.cpus_per_job, self.max_retries = address, cpus_per_job, max_retries
         self.local_cluster = {"num_cpus": num_cpus, "object_store_memory": object_store_memory}
 
@@ -133,6 +138,29 @@ class RayExecutor:
                 ray.get(ref)  # re-raises the job's own error, if any
                 if on_done:
                     on_done(job)
+
+
+RAY_CONNECT_TIMEOUT_S = 10.0  # ray.init itself retries an unreachable address for minutes
+
+
+def check_reachable(address: str, timeout: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """Fail in one line, within ``timeout``, when nobody listens at a Ray ``host:port``
+    (``ray://host:port`` for Ray Client). ``auto`` and addresses without a port are left to Ray."""
+    from urllib.parse import urlsplit
+
+    if address in ("auto", "local"):
+        return
+    parts = urlsplit(address if "://" in address else f"ray://{address}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        raise UsageError(f"--ray-address {address!r} is not host:port") from None
+    if not host or port is None:
+        return
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as e:
+        raise UsageError(f"cannot reach the Ray cluster at {address}: {e.strerror or e}") from None
 
 
 def make_executor(name: str, address: str | None = None, progress_factory=None, **ray_options) -> Executor:

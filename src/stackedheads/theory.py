@@ -139,10 +139,13 @@ def theory_row(depth: int) -> TheoryRow:
     )
 
 
+MAX_DEPTH = 200  # the table costs ~max_depth**3 (a few seconds at 200); the paper needs 50
+
+
 def theory_table(max_depth: int) -> list[TheoryRow]:
-    """One :class:`TheoryRow` per ``D = 1..max_depth``."""
-    if max_depth < 1:
-        raise UsageError(f"--max-depth must be >= 1, got {max_depth}")
+    """One :class:`TheoryRow` per ``D = 1..max_depth`` (at most :data:`MAX_DEPTH`)."""
+    if not 1 <= max_depth <= MAX_DEPTH:
+        raise UsageError(f"--max-depth must be between 1 and {MAX_DEPTH}, got {max_depth}")
     return [theory_row(d) for d in range(1, max_depth + 1)]
 
 
@@ -241,7 +244,7 @@ def save_table(rows: Sequence[TheoryRow], out_dir) -> list[str]:
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "theory.jsonl", "w") as f:
-        for r in rows:
-            f.write(json.dumps(r.to_dict()) + "\n")
+    from stackedheads.storage import atomic_write_text
+
+    atomic_write_text(out / "theory.jsonl", "".join(json.dumps(r.to_dict()) + "\n" for r in rows))
     return [str(out / "theory.jsonl"), *plot_theory(rows, out)]

@@ -45,7 +45,7 @@ from safetensors.torch import load_file, save_file
 from stackedheads.errors import UsageError
 from stackedheads.model import EnsembleTransformer, ModelConfig, clip_grad_norm_per_member_
 from stackedheads.perf import keep_freed_memory
-from stackedheads.storage import FolderLock, atomic_write_json, read_state_json
+from stackedheads.storage import FolderLock, atomic_write_json, check_seeds, read_state_json
 from stackedheads.tasks.vectors import (
     Batch,
     VectorTaskConfig,
@@ -153,6 +153,7 @@ class TrainConfig:
             raise UsageError("a training config must be a JSON object with 'task' and 'seeds'")
         d = dict(d)
         d["task"] = VectorTaskConfig.from_dict(d["task"])
+        d["seeds"] = check_seeds(d["seeds"], "config.json")  # seeds name folders elsewhere
         for k in ("seeds", "betas", "decay_exempt"):
             if k in d:
                 d[k] = tuple(d[k])

@@ -13,7 +13,11 @@ with ``name``, ``model``, ``mode``, ``complete`` and ``aclose``.
   name; never downloads).
 
 The API key is read from the environment and kept only inside the client: no attribute,
-``describe()`` or error message of ours carries it.
+``describe()`` or error message of ours carries it. It is registered with
+:func:`stackedheads.errors.register_secret`, and all text that came from a server (error
+bodies, answers) passes through :func:`~stackedheads.errors.redact`, since servers echo
+request headers. Answers are capped at :data:`MAX_TEXT_CHARS` (a server may ignore
+``max_tokens``); a Retry-After above :data:`MAX_RETRY_AFTER_S` is capped, and said so.
 """
 
 from __future__ import annotations
@@ -21,12 +25,13 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from stackedheads.errors import UsageError
+from stackedheads.errors import UsageError, public_url, redact, register_secret
 
 __all__ = [
     "BACKENDS",
@@ -44,6 +49,20 @@ __all__ = [
 
 BACKENDS = ("openai", "llamacpp", "hf")
 MODES = ("chat", "completion")
+MAX_TEXT_CHARS = 2000  # one answer as stored and shown; the benchmark's answers are a few tokens
+MAX_RETRY_AFTER_S = 120.0  # a longer Retry-After is capped (and reported): the run should not stall
+
+
+class _Malformed(Exception):
+    """A 200 reply that is not a completion (invalid JSON, HTML, no choices)."""
+
+
+def clean_text(text: str) -> str:
+    """Server text as it may be stored: secrets redacted, at most MAX_TEXT_CHARS."""
+    text = redact(text)
+    if len(text) > MAX_TEXT_CHARS + 64:  # the slack keeps a second pass from cutting the marker
+        text = text[:MAX_TEXT_CHARS] + f"...[{len(text) - MAX_TEXT_CHARS} more characters dropped]"
+    return text
 
 
 class BackendError(RuntimeError):
@@ -167,11 +186,13 @@ class OpenAIBackend:
             raise UsageError("backend openai needs the openai client: pip install 'stackedheads[llm]'") from None
         if mode not in MODES:
             raise UsageError(f"unknown mode {mode!r}; choose chat or completion")
-        if timeout <= 0:
+        if not 0 < timeout < float("inf"):  # also refuses nan
             raise UsageError(f"--timeout must be > 0 seconds, got {timeout}")
         if max_retries < 0:
             raise UsageError(f"--max-retries must be >= 0, got {max_retries}")
         key = os.environ.get(api_key_env)
+        register_secret(key)
+        self._where = public_url(base_url) or "OpenAI"  # also registers a password in the URL
         if not key:
             if base_url is None:
                 raise UsageError(
@@ -181,7 +202,7 @@ class OpenAIBackend:
             key = "sk-no-key"  # local servers ignore it; the client insists on one
         self.model = model
         self.mode = mode
-        self.base_url = base_url
+        self.base_url = self._where if base_url else None  # never the URL's credentials
         self.max_concurrency = max(1, concurrency)
         self._max_retries = max_retries
         self._base, self._cap = backoff_base, backoff_cap
@@ -199,7 +220,34 @@ class OpenAIBackend:
             status = exc.status_code
             if status == 429 or status >= 500 or status == 408:
                 return True, _retry_after(exc.response.headers)
+            return False, None
+        # A garbled reply (a proxy's HTML page, cut-off JSON) is often transient: retry it.
+        if isinstance(exc, (_Malformed, o.APIError, ValueError, TypeError, AttributeError, KeyError, IndexError)):
+            return True, None
         return False, None
+
+    def _describe(self, exc: Exception) -> str:
+        if isinstance(exc, self._openai.APIStatusError):
+            return f"HTTP {exc.status_code}: {_short(exc.message)}"
+        if isinstance(exc, (self._openai.APITimeoutError, self._openai.APIConnectionError)):
+            return f"{type(exc).__name__}: {_short(str(exc))}"
+        return f"malformed reply ({_short(str(exc)) or type(exc).__name__})"
+
+    def _extract(self, response: Any) -> tuple[str, str | None]:
+        """(text, finish_reason) of a reply, or _Malformed."""
+        choices = getattr(response, "choices", None)
+        if not isinstance(choices, list) or not choices:
+            kind = "no choices" if isinstance(choices, list) else f"a JSON {type(response).__name__}, not a completion"
+            raise _Malformed(kind)
+        choice = choices[0]
+        try:
+            text = choice.message.content if self.mode == "chat" else choice.text
+            finish = choice.finish_reason
+        except AttributeError:
+            raise _Malformed("a choice without text") from None
+        if text is not None and not isinstance(text, str):
+            raise _Malformed(f"text of type {type(text).__name__}")
+        return text or "", finish if isinstance(finish, str) else None
 
     async def _call(self, request: Request):
         extra = {"stop": list(request.stop)} if request.stop else {}  # omit rather than null
@@ -225,29 +273,30 @@ class OpenAIBackend:
         start = time.perf_counter()
         for attempt in range(self._max_retries + 1):
             try:
-                response = await self._call(request)
+                text, finish = self._extract(await self._call(request))
                 break
             except Exception as exc:  # noqa: BLE001 - classified just below
                 retry, after = self._retryable(exc)
                 if not retry:
                     if isinstance(exc, self._openai.APIStatusError):
-                        raise BackendError(
-                            f"{self.base_url or 'OpenAI'} answered HTTP {exc.status_code}: "
-                            f"{_short(exc.message)}"
-                        ) from None
+                        raise BackendError(f"{self._where} answered {self._describe(exc)}") from None
                     raise
                 if attempt == self._max_retries:
                     raise BackendError(
-                        f"{self.base_url or 'OpenAI'}: giving up after {attempt + 1} attempts: "
-                        f"{type(exc).__name__}: {_short(str(exc))}"
+                        f"{self._where}: giving up after {attempt + 1} attempts: {self._describe(exc)}"
                     ) from None
+                if after is not None and after > MAX_RETRY_AFTER_S:
+                    print(
+                        f"stackedheads: note: {self._where} asked to wait {after:.0f} s (Retry-After); "
+                        f"waiting {MAX_RETRY_AFTER_S:.0f} s instead",
+                        file=sys.stderr,
+                    )
+                    after = MAX_RETRY_AFTER_S
                 await asyncio.sleep(backoff_delay(attempt, after, self._base, self._cap, self._rng))
-        choice = response.choices[0]
-        text = choice.message.content if self.mode == "chat" else choice.text
         return Generation(
-            text=text or "",
+            text=clean_text(text),
             latency_s=time.perf_counter() - start,
-            finish_reason=choice.finish_reason,
+            finish_reason=finish,
             retries=attempt,
         )
 
@@ -256,7 +305,7 @@ class OpenAIBackend:
 
 
 def _short(text: str, limit: int = 200) -> str:
-    text = " ".join(str(text).split())
+    text = " ".join(redact(str(text)).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -292,10 +341,13 @@ class LlamaCppBackend:
         if n_threads is not None and n_threads < 1:
             raise UsageError(f"--threads must be >= 1, got {n_threads}")
         self.model, self.mode = model_name, mode
-        self._llm = Llama(
-            model_path=str(model_path), n_ctx=n_ctx, n_threads=n_threads,
-            n_threads_batch=n_threads, verbose=False,
-        )
+        try:
+            self._llm = Llama(
+                model_path=str(model_path), n_ctx=n_ctx, n_threads=n_threads,
+                n_threads_batch=n_threads, verbose=False,
+            )
+        except (ValueError, RuntimeError, OSError) as e:  # llama.cpp's answer to a damaged file
+            raise UsageError(f"cannot load {model_path}: not a usable GGUF model ({_short(str(e))})") from None
 
     def complete_sync(self, request: Request) -> Generation:
         start = time.perf_counter()

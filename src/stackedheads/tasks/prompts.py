@@ -328,6 +328,9 @@ def generate(
     )
 
 
+MAX_QUESTIONS = 100_000  # per call: a second or two; the paper asks 500 per formulation
+
+
 def generate_many(
     formulation: str,
     depth: int | None = None,
@@ -335,9 +338,10 @@ def generate_many(
     n: int = 1,
     seed: int = 0,
 ) -> list[Question]:
-    """Questions ``index = 0..n-1`` of stream ``seed`` (Sec. 4 benchmarks 500 per formulation)."""
-    if not _is_int(n) or n < 1:
-        raise UsageError(f"n must be an integer >= 1, got {n!r}")
+    """Questions ``index = 0..n-1`` of stream ``seed`` (Sec. 4 benchmarks 500 per formulation),
+    at most :data:`MAX_QUESTIONS` (all are held in memory; larger sets: several seeds)."""
+    if not _is_int(n) or not 1 <= n <= MAX_QUESTIONS:
+        raise UsageError(f"n must be an integer between 1 and {MAX_QUESTIONS}, got {n!r}")
     validate(formulation, depth, chains)  # fail once, before generating anything
     return [generate(formulation, depth, chains, seed, i) for i in range(n)]
 

@@ -1,0 +1,589 @@
+"""Beyond the paper: the depth phase diagram (trained layers needed vs the exact theory).
+
+Theorem 1 (Sec. 5, App. B) says the query cannot retrieve ``x_D`` with fewer than
+``ceil(log3 2D)`` layers; it ignores causal masking, capacity and training. Figure 4 (right,
+Sec. 7.2) shows for one D that later chain positions need more layers. This module trains the
+IC formulation (Sec. 7) over a grid of depths D x layer counts, one ensemble per shape over the
+seeds, and puts, for every D, the smallest layer count that learns each ``x_j`` beside three
+theory curves: the paper's bound, the exact minimum of the information-flow model without a
+mask, and the exact causal minimum (:mod:`stackedheads.theory`).
+
+A position ``x_j`` counts as *learned* by a run when its final partial validation loss (the mean
+over the last evaluations, Sec. 7.1) is below the C2/C3 threshold, the paper's 0.5 scaled to
+the ``1 - 1/N`` plateau (:func:`stackedheads.sweep.cross_threshold`). Its *step* is the first
+evaluation at which the partial loss is below that threshold.
+
+The folder ``out`` holds ``depth.json`` (the grid), ``runs/ic-D<D>-L<L>/`` (one ensemble each),
+``results.jsonl`` (one row per D, layers and position), ``summary.csv``, ``phase.json`` (the
+per-D table), ``claims.json`` and the figure ``depth_phase.png``/``.svg``. Running again skips
+finished jobs; another grid in the same folder is refused.
+
+Claims, for the report's "beyond the paper" section:
+
+* D1: no run learns ``x_j`` with fewer layers than the exact causal minimum. The theory is a
+  lower bound; a violation means a bug or a flaw in Assumptions 1-2 and FAILs loudly.
+* D2: trained transformers learn ``x_D`` within :data:`GAP_MAX` layer(s) of the exact causal
+  minimum, at every D tried (Sec. 5: "in practice, we can expect the number of required layers
+  to be even higher"; this measures how much higher).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from stackedheads import claims as claims_mod
+from stackedheads import presets, theory
+from stackedheads.claims import FAIL, NOT_RUN, PASS, Claim
+from stackedheads.errors import UsageError
+from stackedheads.executors import Executor, Job, LocalExecutor, run_dir
+from stackedheads.plots import save_figure
+from stackedheads.storage import FolderLock, atomic_write_json, atomic_write_text, read_state_json
+from stackedheads.sweep import cross_threshold
+from stackedheads.train import TrainConfig, read_metrics, read_summary, run_is_complete
+
+# The verdicts issue (12) adds INCONCLUSIVE to stackedheads.claims; the fallback keeps this
+# module working on a tree without it. Import it directly once issue 12 is committed.
+INCONCLUSIVE = getattr(claims_mod, "INCONCLUSIVE", "INCONCLUSIVE")
+
+SECTION = "Beyond the paper: depth phase diagram"
+# D2's threshold: x_D must be learned with at most this many layers above the exact causal
+# minimum. The theory ignores capacity and training (Sec. 5), so some slack is expected; one
+# layer is the least that allows any, and a PASS then says the exact causal model is nearly tight.
+GAP_MAX = 1
+SPEC_FILE = "depth.json"
+
+
+@dataclass(frozen=True)
+class DepthSpec:
+    """The grid: IC runs at every depth in ``depths`` with every layer count in ``layers``,
+    each shape one ensemble over ``seeds`` (trained together, as in ``sweep figure4``)."""
+
+    preset: str
+    base: TrainConfig
+    depths: tuple[int, ...]
+    layers: tuple[int, ...]
+    seeds: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        for name in ("depths", "layers", "seeds"):
+            values = getattr(self, name)
+            if not values:
+                raise UsageError(f"the depth grid needs at least one value in {name}")
+            if len(set(values)) != len(values):
+                raise UsageError(f"{name} must be distinct, got {list(values)}")
+        if min(self.depths) < 1 or min(self.layers) < 1:
+            raise UsageError("depths and layers must be >= 1")
+        if min(self.seeds) < 0:
+            raise UsageError("seeds must be >= 0")
+
+    def config(self, depth: int, n_layers: int) -> TrainConfig:
+        return replace(
+            self.base, task=replace(self.base.task, depth=depth, ic=True), n_layers=n_layers, seeds=self.seeds
+        )
+
+    def jobs(self) -> list[Job]:
+        # Shallow shapes first: they are cheapest and fill the diagram's left side early.
+        return [
+            Job(f"ic-D{d}-L{n}", "ic", self.config(d, n)) for d in sorted(self.depths) for n in sorted(self.layers)
+        ]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["base"] = self.base.to_dict()
+        for k in ("depths", "layers", "seeds"):
+            d[k] = list(d[k])
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> DepthSpec:
+        try:
+            return cls(
+                preset=d["preset"], base=TrainConfig.from_dict(d["base"]),
+                depths=tuple(d["depths"]), layers=tuple(d["layers"]), seeds=tuple(d["seeds"]),
+            )
+        except (KeyError, TypeError):
+            raise UsageError("a depth grid must be a JSON object with preset, base, depths, layers, seeds") from None
+
+
+# Quick (CPU, N = 2): 20 ensembles of two seeds. Layers 1..5 reach one layer past the causal
+# minimum of x4 (4 layers) and start below every minimum (2), so D1 and D2 can both be decided.
+# QUICK's recipe and 2,000 steps (which learn x2 at D = 2 with 3 layers), at batch 64 instead of
+# 128: one-thread CPU time per step was measured as ~0.0028 s x tokens per sequence x layers at
+# batch 128 (half at 64), so the grid costs ~78 min at batch 128 and ~43 min at 64 on one idle
+# core (README, "Depth phase diagram"). Measured: the costliest job (D = 4, 5 layers) took 261 s
+# of CPU (255 s predicted) and stayed on the plateau for all of x1..x4, so expect D2 to be
+# INCONCLUSIVE at D = 4 on CPU: the map's deep end needs the GPU preset.
+QUICK_BATCH = 64
+DEPTH = {
+    # Sec. 7.1: N = 4, 8 seeds per shape, 1..8 layers; D up to 8 (causal minimum of x8: 5 layers).
+    "paper": DepthSpec("paper", presets.PAPER, tuple(range(1, 9)), tuple(range(1, 9)), tuple(range(8))),
+    "quick": DepthSpec("quick", replace(presets.QUICK, batch_size=QUICK_BATCH), (1, 2, 3, 4), (1, 2, 3, 4, 5), (0, 1)),
+    "smoke": DepthSpec("smoke", presets.SMOKE, (1, 2), (1, 2), (0, 1)),
+}
+
+
+def parse_ints(text: str, option: str) -> tuple[int, ...]:
+    """``"1-6"``, ``"1,3,5"`` or ``"1-3,6"`` as a sorted tuple of distinct integers."""
+    out: set[int] = set()
+    try:
+        for part in (p.strip() for p in text.split(",")):
+            if not part:
+                continue
+            if "-" in part[1:]:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if hi < lo:
+                    raise ValueError
+                out.update(range(lo, hi + 1))
+            else:
+                out.add(int(part))
+    except ValueError:
+        raise UsageError(f"{option} takes integers and ranges like 1-6 or 1,3,5; got {text!r}") from None
+    if not out:
+        raise UsageError(f"{option} is empty")
+    return tuple(sorted(out))
+
+
+def depth_spec(
+    preset: str,
+    depths: Sequence[int] | None = None,
+    layers: Sequence[int] | None = None,
+    seeds: Sequence[int] | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+) -> DepthSpec:
+    """A named grid with optional overrides (a changed grid is a new specification)."""
+    if preset not in DEPTH:
+        raise UsageError(f"unknown depth preset {preset!r}; choose one of {', '.join(DEPTH)}")
+    spec = DEPTH[preset]
+    base_over = {k: v for k, v in (("device", device), ("dtype", dtype)) if v is not None}
+    if base_over:
+        spec = replace(spec, base=replace(spec.base, **base_over))
+    grid = {k: tuple(v) for k, v in (("depths", depths), ("layers", layers), ("seeds", seeds)) if v is not None}
+    return replace(spec, **grid) if grid else spec
+
+
+# --- results ------------------------------------------------------------------------------------
+
+
+def first_step_below(metrics: list[dict], seed: int, column: str, threshold: float) -> int | None:
+    """First evaluated step at which ``column`` is below ``threshold`` for ``seed`` (None: never)."""
+    for r in sorted((r for r in metrics if r["seed"] == seed), key=lambda r: r["step"]):
+        if r[column] < threshold:
+            return r["step"]
+    return None
+
+
+def collect(jobs: Sequence[Job], out: Path) -> list[dict]:
+    """One row per (D, layers, position j) from the finished run folders."""
+    rows = []
+    for job in jobs:
+        folder = run_dir(Path(out), job)
+        cfg = job.config
+        summary = read_summary(folder, cfg)  # rebuilt from metrics.csv if damaged
+        metrics = read_metrics(folder)
+        D, thr = cfg.task.depth, cross_threshold(cfg.task.chains)
+        causal = theory.min_layers_per_position(D, causal=True)
+        no_mask = theory.min_layers_per_position(D, causal=False)
+        for j in range(1, D + 1):
+            col = f"val_x{j}"
+            final = {str(s): summary["seeds"][str(s)]["final_partial"][col] for s in cfg.seeds}
+            learned = {s: v < thr for s, v in final.items()}
+            rows.append(
+                {
+                    "depth": D, "layers": cfg.n_layers, "position": j, "chains": cfg.task.chains,
+                    "threshold": thr, "steps": cfg.steps, "seeds": [str(s) for s in cfg.seeds],
+                    "final_partial": final, "learned": learned,
+                    "first_step": {str(s): first_step_below(metrics, s, col, thr) for s in cfg.seeds},
+                    "fraction_learned": sum(learned.values()) / len(learned),
+                    "learned_all": all(learned.values()),
+                    "causal_min": causal[j - 1], "no_mask_min": no_mask[j - 1],
+                    "run": job.name,
+                }
+            )
+    return rows
+
+
+def _median_step(row: dict) -> float | None:
+    """Median first step over the seeds that learned the position (None: none did)."""
+    steps = [row["first_step"][s] for s in row["seeds"] if row["learned"][s] and row["first_step"][s] is not None]
+    return statistics.median(steps) if steps else None
+
+
+def phase_table(rows: Sequence[dict]) -> list[dict]:
+    """Per D: the smallest layer count that learns x_D (and each x_j) in every seed, beside theory."""
+    out = []
+    for D in sorted({r["depth"] for r in rows}):
+        sub = [r for r in rows if r["depth"] == D]
+        tried = sorted({r["layers"] for r in sub})
+
+        def trained_min(j: int, every_seed: bool = True) -> int | None:
+            ok = [r["layers"] for r in sub if r["position"] == j and (r["learned_all"] if every_seed else r["fraction_learned"] > 0)]
+            return min(ok) if ok else None
+
+        causal = theory.min_layers_per_position(D, causal=True)
+        t_min = trained_min(D)
+        out.append(
+            {
+                "depth": D,
+                "layers_tried": tried,
+                "paper_bound": theory.paper_bound(D),
+                "no_mask_min": theory.min_layers(D),
+                "causal_min": causal[-1],
+                "trained_min": t_min,
+                "trained_min_any_seed": trained_min(D, every_seed=False),
+                "gap": None if t_min is None else t_min - causal[-1],
+                "trained_min_per_position": {f"x{j}": trained_min(j) for j in range(1, D + 1)},
+                "causal_min_per_position": {f"x{j}": v for j, v in enumerate(causal, start=1)},
+                "step_learned_xD": {
+                    str(r["layers"]): _median_step(r) for r in sorted(sub, key=lambda r: r["layers"]) if r["position"] == D
+                },
+            }
+        )
+    return out
+
+
+SUMMARY_COLUMNS = [
+    "depth", "layers", "position", "chains", "threshold", "steps", "n_seeds", "fraction_learned", "learned_all",
+    "final_partial_mean", "final_partial_max", "first_step_median", "first_step_per_seed", "causal_min", "no_mask_min",
+]
+
+
+def write_summary_csv(rows: Sequence[dict], path: Path) -> None:
+    lines = []
+    for r in rows:
+        finals = [r["final_partial"][s] for s in r["seeds"]]
+        steps = {s: "never" if r["first_step"][s] is None else r["first_step"][s] for s in r["seeds"]}
+        lines.append(
+            {
+                **{k: r[k] for k in SUMMARY_COLUMNS if k in r},
+                "threshold": round(r["threshold"], 6),
+                "n_seeds": len(r["seeds"]),
+                "final_partial_mean": sum(finals) / len(finals),
+                "final_partial_max": max(finals),
+                "first_step_median": _median_step(r),
+                "first_step_per_seed": ";".join(f"{s}:{v}" for s, v in steps.items()),
+            }
+        )
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=SUMMARY_COLUMNS)
+    w.writeheader()
+    w.writerows(lines)
+    atomic_write_text(path, buf.getvalue())
+
+
+def write_results_jsonl(rows: Sequence[dict], path: Path) -> None:
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
+
+
+def read_results(out: str | Path) -> list[dict]:
+    """The rows of a depth folder's ``results.jsonl`` ([] when the sweep has not finished)."""
+    path = Path(out) / "results.jsonl"
+    if not path.exists():
+        return []
+    try:
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise UsageError(f"{path} is damaged: run the sweep again to rebuild it (finished runs are kept)") from None
+
+
+# --- claims -------------------------------------------------------------------------------------
+
+_D1_PAPER = (
+    "Theorem 1 is a lower bound (Sec. 5), and so is its exact causal refinement (App. B's model "
+    "with the mask): no run learns x_j with fewer layers than the exact causal minimum for x_j."
+)
+_D2_PAPER = (
+    f"Not in the paper, which only expects more layers than its bound (Sec. 5: 'in practice, we can "
+    f"expect the number of required layers to be even higher'); our hypothesis: training needs at "
+    f"most {GAP_MAX} layer(s) more than the exact causal minimum to learn x_D, at every D."
+)
+
+
+def _criterion(rows: Sequence[dict]) -> str:
+    thr = sorted({round(r["threshold"], 4) for r in rows})
+    chains = sorted({r["chains"] for r in rows})
+    return (f"learned = final partial loss below {' / '.join(map(str, thr))} "
+            f"(0.5 scaled to the 1 - 1/N plateau, N = {'/'.join(map(str, chains))})")
+
+
+def claim_d1(rows: Sequence[dict]) -> Claim:
+    """D1: no seed's run learns x_j with fewer layers than the causal minimum for x_j.
+
+    PASS needs positive evidence: some x_j tried below its causal minimum *and* learned at or
+    above it (not learning below the minimum says nothing if x_j is never learned at all).
+    """
+    if not rows:
+        return Claim(SECTION, "D1", _D1_PAPER, "the depth sweep has no results", NOT_RUN)
+    violations = [
+        f"D={r['depth']} L={r['layers']} x{r['position']} seed {s} (final partial {r['final_partial'][s]:.3f}, "
+        f"causal minimum {r['causal_min']})"
+        for r in rows if r["layers"] < r["causal_min"] for s in r["seeds"] if r["learned"][s]
+    ]
+    if violations:
+        return Claim(
+            SECTION, "D1", _D1_PAPER,
+            f"VIOLATION OF THE LOWER BOUND in {len(violations)} run(s): {'; '.join(violations)}. "
+            f"A bug (e.g. leaked targets or positions) or a flaw in Assumptions 1-2; {_criterion(rows)}",
+            FAIL,
+        )
+    learned_at_or_above = {(r["depth"], r["position"]) for r in rows if r["layers"] >= r["causal_min"] and r["learned_all"]}
+    below = [r for r in rows if r["layers"] < r["causal_min"]]
+    informative = [r for r in below if (r["depth"], r["position"]) in learned_at_or_above]
+    if not informative:
+        missing = (
+            "no run had fewer layers than a causal minimum (include smaller --layers)" if not below
+            else "positions tried below their causal minimum were never learned at or above it, so not "
+                 "learning them below it shows nothing (train longer or add layers)"
+        )
+        return Claim(SECTION, "D1", _D1_PAPER, f"no violation, but {missing}; {_criterion(rows)}", INCONCLUSIVE)
+    n_runs = sum(len(r["seeds"]) for r in informative)
+    pairs = sorted({(r["depth"], r["position"]) for r in informative})
+    return Claim(
+        SECTION, "D1", _D1_PAPER,
+        f"0 of {n_runs} seed runs below the causal minimum learned their position, over {len(pairs)} "
+        f"(D, x_j) pairs that are learned with enough layers ({', '.join(f'D={d} x{j}' for d, j in pairs)}); "
+        f"{_criterion(rows)}",
+        PASS,
+    )
+
+
+def d2_per_depth(rows: Sequence[dict]) -> list[dict]:
+    """D2's verdict per D (see :func:`claim_d2`), with the reason in words."""
+    out = []
+    for t in phase_table(rows):
+        D, cmin, tmin, tried = t["depth"], t["causal_min"], t["trained_min"], t["layers_tried"]
+        window = [L for L in tried if cmin <= L <= cmin + GAP_MAX]
+        if tmin is None:
+            verdict = INCONCLUSIVE
+            why = (f"x{D} never learned in every seed within layers {_span(tried)} in {rows[0]['steps']} steps: "
+                   "train longer or try more layers")
+        elif tmin < cmin:
+            verdict, why = FAIL, f"x{D} learned with {tmin} layers, below the causal minimum {cmin} (see D1)"
+        elif tmin - cmin <= GAP_MAX:
+            verdict, why = PASS, f"x{D} learned with {tmin} layers, causal minimum {cmin} (gap {tmin - cmin})"
+        elif window:
+            # Layers within the allowed gap were tried and did not learn x_D in every seed.
+            verdict = FAIL
+            why = f"x{D} needs {tmin} layers, causal minimum {cmin} (gap {tmin - cmin}; {_span(window)} tried, not learned)"
+        else:
+            verdict = INCONCLUSIVE
+            why = (f"x{D} learned with {tmin} layers, causal minimum {cmin}, but no layer count in "
+                   f"{cmin}..{cmin + GAP_MAX} was tried: the gap is at most {tmin - cmin}")
+        out.append({"depth": D, "verdict": verdict, "reason": why, "gap": t["gap"]})
+    return out
+
+
+def claim_d2(rows: Sequence[dict]) -> Claim:
+    """D2: for every D, x_D is learned (every seed) within GAP_MAX layers of the causal minimum.
+
+    FAIL: some D learned only further above the minimum although layers within the gap were
+    tried (or below the minimum); INCONCLUSIVE: some D never learned x_D within the layers tried
+    (training budget or depth, we cannot tell) or the gap window was not tried; PASS otherwise.
+    """
+    if not rows:
+        return Claim(SECTION, "D2", _D2_PAPER, "the depth sweep has no results", NOT_RUN)
+    per = d2_per_depth(rows)
+    verdicts = {p["verdict"] for p in per}
+    verdict = FAIL if FAIL in verdicts else INCONCLUSIVE if INCONCLUSIVE in verdicts else PASS
+    shown = "; ".join(f"D={p['depth']} {p['verdict']}: {p['reason']}" for p in per)
+    return Claim(
+        SECTION, "D2", _D2_PAPER,
+        f"threshold: gap <= {GAP_MAX} layer(s) in every seed; {shown}; {_criterion(rows)}",
+        verdict,
+    )
+
+
+def depth_claims(rows: Sequence[dict]) -> list[Claim]:
+    return [claim_d1(rows), claim_d2(rows)]
+
+
+def claims_from_folder(out: str | Path) -> list[Claim]:
+    """D1 and D2 re-evaluated from a depth folder's ``results.jsonl`` (NOT RUN when absent)."""
+    return depth_claims(read_results(out))
+
+
+def _span(layers: Sequence[int]) -> str:
+    layers = sorted(layers)
+    if layers == list(range(layers[0], layers[-1] + 1)) and len(layers) > 1:
+        return f"{layers[0]}-{layers[-1]}"
+    return ",".join(map(str, layers))
+
+
+# --- figure -------------------------------------------------------------------------------------
+
+
+def plot_phase(rows: Sequence[dict], out: Path) -> list[str]:
+    """Left: the phase diagram (x = D, y = layers), cells shaded by the chain positions learned in
+    every seed, trained minima per position and three theory curves. Right: the step at which
+    x_D is first below the threshold (median over the seeds that learn it) vs D, per layer count."""
+    from matplotlib import ticker
+
+    from stackedheads.plots import pyplot
+
+    plt = pyplot()
+    import numpy as np
+
+    table = phase_table(rows)
+    depths = [t["depth"] for t in table]
+    layers = sorted({r["layers"] for r in rows})
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5.6))
+
+    # Shaded cells: fraction of x_1..x_D learned in every seed (0 = none, 1 = the whole chain).
+    grid = np.full((len(layers), len(depths)), np.nan)
+    for r in rows:
+        i, k = layers.index(r["layers"]), depths.index(r["depth"])
+        grid[i, k] = np.nan_to_num(grid[i, k]) + r["learned_all"] / r["depth"]
+    mesh = left.pcolormesh(
+        _edges(depths), _edges(layers), grid, cmap="Greens", vmin=0, vmax=1, alpha=0.6, shading="flat",
+    )
+    fig.colorbar(mesh, ax=left, label="fraction of x_1..x_D learned (every seed)")
+    # Theory as stairs over each D's column, drawn 0.06 apart so coincident curves stay visible.
+    edges = _edges(depths)
+    for key, dy, style, label in (
+        ("paper_bound", -0.06, {"color": "grey", "ls": ":"}, r"paper bound $\lceil\log_3 2D\rceil$ (Thm. 1)"),
+        ("no_mask_min", 0.0, {"color": "C0", "ls": "--"}, "exact minimum, no mask (App. B)"),
+        ("causal_min", 0.06, {"color": "C3"}, "exact minimum, causal mask"),
+    ):
+        left.stairs([t[key] + dy for t in table], edges, baseline=None, lw=2, label=label, **style)
+    # Per-position trained minima, spread inside each D column so x_1..x_D read left to right.
+    cmap = plt.get_cmap("viridis")
+    for t in table:
+        D = t["depth"]
+        for j in range(1, D + 1):
+            v = t["trained_min_per_position"][f"x{j}"]
+            if v is not None and j < D:
+                left.plot(D - 0.35 + 0.7 * (j - 1) / max(1, D - 1), v, "o", ms=5, mec="white", color=cmap(j / max(depths)))
+    # Room above the grid for theory curves that exceed the layers tried, and for the markers
+    # of depths whose x_D was never learned.
+    top = max(max(layers), max(t["causal_min"] for t in table)) + 0.8
+    never = [t for t in table if t["trained_min"] is None]
+    xs = [t["depth"] for t in table if t["trained_min"] is not None]
+    left.plot(xs, [t["trained_min"] for t in table if t["trained_min"] is not None], "k*-", ms=12, label="trained minimum for x_D")
+    if never:
+        left.plot([t["depth"] for t in never], [top - 0.3] * len(never), "kv", ms=9,
+                  label=f"x_D not learned within {max(layers)} layers")
+    left.plot([], [], "o", ms=4, color=cmap(0.5), label="trained minimum for x_j, j < D")
+    left.set(xlabel="retrieval steps D", ylabel="layers", title="Depth phase diagram (IC, every seed)",
+             xlim=(min(depths) - 0.5, max(depths) + 0.5), ylim=(min(layers) - 0.5, top))
+    left.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+    left.yaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+    left.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
+
+    for L in layers:
+        pts = [(t["depth"], t["step_learned_xD"].get(str(L))) for t in table]
+        pts = [(x, y) for x, y in pts if y is not None]
+        if pts:
+            right.plot(*zip(*pts), "o-", label=f"{L} layers")
+    right.set(xlabel="retrieval steps D", ylabel="first step with x_D below threshold",
+              title="When x_D is learned (median over seeds that learn it)")
+    right.set_xticks(depths)
+    right.set_xlim(min(depths) - 0.3, max(depths) + 0.3)
+    right.grid(alpha=0.3)
+    if right.lines:
+        right.legend(fontsize=7)
+    else:
+        right.text(0.5, 0.5, "x_D not learned in any run", ha="center", va="center", transform=right.transAxes)
+    return save_figure(fig, out, "depth_phase")
+
+
+def _edges(values: Sequence[int]):
+    """Cell edges halfway between the grid values (pcolormesh's ``shading="flat"``)."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    mids = (v[1:] + v[:-1]) / 2 if len(v) > 1 else np.array([])
+    first = v[0] - (mids[0] - v[0] if len(mids) else 0.5)
+    last = v[-1] + (v[-1] - mids[-1] if len(mids) else 0.5)
+    return np.concatenate([[first], mids, [last]])
+
+
+# --- the sweep ----------------------------------------------------------------------------------
+
+
+@dataclass
+class DepthResult:
+    rows: list[dict]
+    table: list[dict]
+    claims: list[Claim]
+    figures: list[str]
+    trained: int  # jobs trained (or resumed) by this call; 0 when every job was finished
+
+
+def check_folder(spec: DepthSpec, out: str | Path) -> dict:
+    """Refuse (one line) a folder that holds another grid; returns the spec as JSON data.
+
+    The CLI calls it before showing progress, so the refusal is the only line printed.
+    """
+    want = json.loads(json.dumps(spec.to_dict()))
+    spec_path = Path(out) / SPEC_FILE
+    if spec_path.exists() and read_state_json(spec_path, "the depth sweep's grid") != want:
+        raise UsageError(f"{out} holds a depth sweep with another grid or preset; choose a new --out")
+    return want
+
+
+def run_depth(
+    spec: DepthSpec,
+    out: str | Path,
+    executor: Executor | None = None,
+    on_done: Callable[[Job, int, int], None] | None = None,
+) -> DepthResult:
+    """Run (or resume) the depth grid into ``out``; finished jobs are skipped.
+
+    ``on_done(job, finished, total)`` is called as each remaining job finishes.
+    """
+    out = Path(out)
+    with FolderLock(out, "a depth sweep"):
+        want = check_folder(spec, out)
+        atomic_write_json(out / SPEC_FILE, want)
+        jobs = spec.jobs()
+        todo = [j for j in jobs if not run_is_complete(run_dir(out, j))]
+        finished = [0]
+
+        def done(job: Job) -> None:
+            finished[0] += 1
+            if on_done:
+                on_done(job, finished[0], len(todo))
+
+        (executor or LocalExecutor()).run(todo, out, on_done=done)
+        rows = collect(jobs, out)
+        write_results_jsonl(rows, out / "results.jsonl")
+        write_summary_csv(rows, out / "summary.csv")
+        table = phase_table(rows)
+        per_d = {p["depth"]: p for p in d2_per_depth(rows)}
+        for t in table:
+            t["d2"] = {k: per_d[t["depth"]][k] for k in ("verdict", "reason")}
+        found = depth_claims(rows)
+        atomic_write_json(out / "phase.json", table)
+        atomic_write_json(out / "claims.json", [c.to_dict() for c in found])
+        figures = plot_phase(rows, out)
+    return DepthResult(rows, table, found, figures, len(todo))
+
+
+def tables(result: DepthResult):
+    """Two rich tables: trained vs theoretical layers per D, and the claims."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table(title="Layers needed per D: trained (every seed) vs theory")
+    for col in ("D", "layers tried", "trained x_D", "trained x_1..x_D", "causal min", "no-mask min", "paper bound", "gap", "D2"):
+        t.add_column(col, justify="right" if col not in ("trained x_1..x_D", "D2") else "left")
+    for r in result.table:
+        per = " ".join("-" if v is None else str(v) for v in r["trained_min_per_position"].values())
+        t.add_row(
+            str(r["depth"]), _span(r["layers_tried"]), "never" if r["trained_min"] is None else str(r["trained_min"]),
+            per, str(r["causal_min"]), str(r["no_mask_min"]), str(r["paper_bound"]),
+            "-" if r["gap"] is None else f"{r['gap']:+d}", r.get("d2", {}).get("verdict", ""),
+        )
+    c = Table(title=SECTION)
+    for col in ("claim", "verdict", "measured"):
+        c.add_column(col)
+    for cl in result.claims:
+        style = {"PASS": "green", "FAIL": "bold red"}.get(cl.verdict, "yellow")
+        c.add_row(escape(f"{cl.id} {cl.paper}"), f"[{style}]{cl.verdict}[/]", escape(cl.measured))
+    return t, c

@@ -1,0 +1,678 @@
+"""Reliability (issue 15): secrets never shown or written, malformed server replies, resumed
+answers that must match the run, output folders locked against a second process, damaged
+state files, filesystem errors, path components read from files, and size caps.
+
+Servers here are real HTTP servers on 127.0.0.1 (never another address); the CLI runs
+in-process through ``stackedheads.cli.main`` so that stdout, stderr and the exit code are
+exactly what a user sees.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from prompt_solver import solve  # noqa: E402
+
+from stackedheads import storage  # noqa: E402
+from stackedheads.cli import main  # noqa: E402
+from stackedheads.errors import UsageError, public_url, redact, register_secret  # noqa: E402
+from stackedheads.llm import backends, bench  # noqa: E402
+from stackedheads.llm.backends import BackendError, Generation, OpenAIBackend, Request  # noqa: E402
+from stackedheads.llm.bench import BenchConfig  # noqa: E402
+
+SECRET = "sk-test-REDACTME-9f8e7d6c5b4a"
+URL_PASSWORD = "urlpw-HIDDEN-31337"
+
+
+# --- a scriptable OpenAI-compatible server on 127.0.0.1 ----------------------------------------------
+
+
+def _answer_payload(body: dict, text_of) -> dict:
+    if "messages" in body:
+        text = text_of(solve(body["messages"][-1]["content"]))
+        return {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
+    prompt = body["prompt"].rsplit("Question: ", 1)[1][: -len("\nAnswer:")]
+    return {"id": "c", "object": "text_completion", "created": 0, "model": body["model"],
+            "choices": [{"index": 0, "text": " " + text_of(solve(prompt)), "finish_reason": "stop", "logprobs": None}]}
+
+
+class Server:
+    """``reply(n, body, headers) -> (status, headers, bytes) | None`` per request (None: the
+    right answer, ``text_of(solution)``); ``n`` counts requests from 0."""
+
+    def __init__(self, reply=None, text_of=None):
+        self.reply = reply or (lambda n, body, headers: None)
+        self.text_of = text_of or (lambda sol: sol.answer)
+        self.count = 0
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with outer.lock:
+                    n = outer.count
+                    outer.count += 1
+                step = outer.reply(n, body, dict(self.headers))
+                if step is None:
+                    step = (200, {"Content-Type": "application/json"}, json.dumps(_answer_payload(body, outer.text_of)).encode())
+                status, headers, payload = step
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def echo_headers(status: int):
+    """An error reply whose body echoes the request headers (as some proxies do)."""
+
+    def reply(n, body, headers):
+        payload = json.dumps({"error": {"message": f"bad request; you sent {headers}", "type": "x"}}).encode()
+        return status, {"Content-Type": "application/json"}, payload
+
+    return reply
+
+
+def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    captured = capsys.readouterr()
+    return e.value.code, captured.out, captured.err
+
+
+def one_error(stderr: str) -> bool:
+    """Exactly one error line and no traceback (progress bars may share stderr)."""
+    return "Traceback" not in stderr and sum(line.startswith("stackedheads: error") for line in stderr.splitlines()) == 1
+
+
+def assert_nowhere(secrets: list[str], folder: Path, *texts: str) -> None:
+    """No secret in any file under ``folder`` nor in any text shown."""
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    for s in secrets:
+        for p in files:
+            assert s.encode() not in p.read_bytes(), p
+        for t in texts:
+            assert s not in t
+
+
+BENCH = ["llm-bench", "--backend", "openai", "--model", "m", "--formulation", "equations", "--depth", "2",
+         "--n", "2", "--max-draws", "2", "--max-retries", "1"]
+
+
+# --- 1. secrets --------------------------------------------------------------------------------------
+
+
+def test_redact_key_headers_and_url_credentials():
+    register_secret("sk-unit-ABCDEFG")
+    text = redact("{'Authorization': 'Bearer sk-unit-ABCDEFG', 'api-key': 'zzz1234'} http://u:p4ss@h/v1")
+    assert "sk-unit-ABCDEFG" not in text and "zzz1234" not in text and "p4ss" not in text
+    assert public_url("http://me:pw-XYZ12345@127.0.0.1:8/v1") == "http://127.0.0.1:8/v1"
+    assert "pw-XYZ12345" not in redact("the password pw-XYZ12345 echoed")
+    assert redact("answer: 42, author: bob") == "answer: 42, author: bob"  # ordinary text kept
+    register_secret("EMPTY")  # a local server's placeholder key is no secret: text stays intact
+    assert redact("EMPTY cells") == "EMPTY cells"
+
+
+def test_error_echoing_headers_never_shows_the_key(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    out = tmp_path / "run"
+    with Server(echo_headers(400)) as srv:
+        code, stdout, stderr = run_cli([*BENCH, "--base-url", srv.url, "--out", str(out)], capsys)
+    assert code == 1
+    assert "HTTP 400" in stderr and one_error(stderr)
+    assert "Bearer ***" in stderr  # the echo is there, its value is not
+    assert_nowhere([SECRET], out, stdout, stderr)
+
+
+def test_answers_echoing_headers_and_url_credentials_never_written(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    out = tmp_path / "run"
+    seen = []
+
+    def reply(n, body, headers):
+        seen.append(headers.get("Authorization", ""))
+        return None
+
+    with Server(reply, text_of=lambda sol: f"{sol.answer}\nAuthorization: Bearer {SECRET} api-key={SECRET}") as srv:
+        url = f"http://alice:{URL_PASSWORD}@127.0.0.1:{srv.port}/v1"
+        code, stdout, stderr = run_cli([*BENCH, "--base-url", url, "--out", str(out)], capsys)
+    assert code == 0, stderr
+    assert seen  # the server was asked...
+    results = json.loads((out / "results.json").read_text())
+    assert results["cells"][0]["accuracy"] == 1.0  # ...answered through the echo...
+    assert_nowhere([SECRET, URL_PASSWORD], out, stdout, stderr)  # ...and nothing leaked
+    config = json.loads((out / "config.json").read_text())
+    assert config["invocations"][0]["backend"]["base_url"] == f"http://127.0.0.1:{srv.port}/v1"
+
+
+def test_reproduce_server_error_is_one_line_and_secret_free(tmp_path, capsys, monkeypatch):
+    """A server that is down (or echoes headers) during `reproduce`: one line, no traceback."""
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    out = tmp_path / "rep"
+    args = ["reproduce", "--preset", "smoke", "--out", str(out), "--llm-backend", "openai", "--llm-model", "m",
+            "--skip", "figure4", "--skip", "circuits", "--skip", "emergence"]
+    with Server(echo_headers(401)) as srv:
+        url = f"http://alice:{URL_PASSWORD}@127.0.0.1:{srv.port}/v1"
+        code, stdout, stderr = run_cli([*args, "--llm-base-url", url], capsys)
+    assert code == 1 and "Traceback" not in stderr
+    assert one_error(stderr) and "HTTP 401" in stderr
+    assert_nowhere([SECRET, URL_PASSWORD], out, stdout, stderr)
+    port = srv.port
+    code, stdout, stderr = run_cli([*args, "--llm-base-url", f"http://127.0.0.1:{port}/v1"], capsys)  # nobody listens now
+    assert code == 1 and "Traceback" not in stderr and one_error(stderr)
+    assert "giving up" in stderr
+
+
+def test_reproduce_never_writes_url_credentials(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    out = tmp_path / "rep"
+    with Server(text_of=lambda sol: f"{sol.answer}\n{{'authorization': 'Bearer {SECRET}'}}") as srv:
+        url = f"http://alice:{URL_PASSWORD}@127.0.0.1:{srv.port}/v1"
+        code, stdout, stderr = run_cli(
+            ["reproduce", "--preset", "smoke", "--out", str(out), "--llm-backend", "openai", "--llm-model", "m",
+             "--llm-base-url", url, "--skip", "figure4", "--skip", "circuits", "--skip", "emergence"], capsys)
+    assert code == 0, stderr
+    written = [p.name for p in out.rglob("*") if p.is_file()]
+    assert {"samples.jsonl", "config.json", "done.json", "summary.json", "index.html"} <= set(written)
+    assert_nowhere([SECRET, URL_PASSWORD], out, stdout, stderr)
+
+
+def test_unexpected_error_traceback_is_redacted(capsys, monkeypatch):
+    register_secret(SECRET)
+
+    def boom(*a, **k):
+        raise RuntimeError(f"a bug that mentions Bearer {SECRET}")
+
+    monkeypatch.setattr("stackedheads.theory.theory_table", boom)
+    code, stdout, stderr = run_cli(["theory", "--max-depth", "3"], capsys)
+    assert code == 1 and "Traceback" in stderr and "RuntimeError" in stderr  # a bug keeps its traceback
+    assert SECRET not in stderr
+
+
+def test_state_files_never_hold_a_registered_secret(tmp_path):
+    register_secret(SECRET)
+    storage.atomic_write_json(tmp_path / "x.json", {"note": f"key {SECRET}"})
+    assert SECRET not in (tmp_path / "x.json").read_text()
+
+
+# --- 7, 13. malformed replies, Retry-After, sizes -------------------------------------------------
+
+
+MALFORMED = {
+    "invalid json": (200, {"Content-Type": "application/json"}, b'{"choices": [ nope'),
+    "no choices": (200, {"Content-Type": "application/json"},
+                   json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": []}).encode()),
+    "json array": (200, {"Content-Type": "application/json"}, b"[1, 2, 3]"),
+    "html": (200, {"Content-Type": "text/html"}, b"<html><body>502 from the proxy</body></html>"),
+}
+
+
+def _one(backend: OpenAIBackend) -> Generation:
+    import asyncio
+
+    req = Request(None, "Question: x\nAnswer:", 1.0, 8, 0)
+    backend.mode = "completion"
+
+    async def go():
+        try:
+            return await backend.complete(req)
+        finally:
+            await backend.aclose()
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("kind", sorted(MALFORMED))
+def test_malformed_reply_retried_then_one_error(kind, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
+    with Server(lambda n, body, headers: MALFORMED[kind]) as srv:
+        with pytest.raises(BackendError, match="giving up after 3 attempts: malformed reply"):
+            _one(OpenAIBackend("m", srv.url, max_retries=2, backoff_base=0.001))
+    assert srv.count == 3
+
+
+def test_malformed_reply_once_is_retried_and_succeeds(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
+    script = lambda n, body, headers: MALFORMED["html"] if n == 0 else None  # noqa: E731
+    monkeypatch.setattr(sys.modules[__name__], "solve", lambda prompt: None)  # "x" is no real question
+    with Server(script, text_of=lambda sol: "7") as srv:
+        gen = _one(OpenAIBackend("m", srv.url, max_retries=2, backoff_base=0.001))
+    assert gen.text == " 7" and gen.retries == 1
+
+
+def test_malformed_replies_in_the_cli_keep_answered_questions(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
+    out = tmp_path / "run"
+    args = [*BENCH[:9], "--n", "4", "--max-draws", "1", "--temperature", "0", "--max-retries", "1", "--out", str(out)]
+    with Server(lambda n, body, headers: MALFORMED["json array"] if n >= 2 else None) as srv:
+        code, stdout, stderr = run_cli([*args, "--base-url", srv.url], capsys)
+    assert code == 1 and "Traceback" not in stderr and one_error(stderr)
+    assert "malformed reply" in stderr and "kept" in stderr
+    assert len(bench.load_records(out / "samples.jsonl")) == 2  # the two answered questions stay
+    with Server() as srv:  # a healthy server: the run resumes and asks only the rest
+        code, stdout, stderr = run_cli([*args, "--base-url", srv.url], capsys)
+    assert code == 0, stderr
+    assert srv.count == 2 and len(bench.load_records(out / "samples.jsonl")) == 4
+
+
+def test_retry_after_is_capped_and_said(monkeypatch, capsys):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
+    monkeypatch.setattr(backends, "MAX_RETRY_AFTER_S", 0.01)  # the test must not wait 120 s
+    monkeypatch.setattr(sys.modules[__name__], "solve", lambda prompt: None)
+    script = lambda n, body, headers: (429, {"Retry-After": "100000", "Content-Type": "application/json"}, b"{}") if n == 0 else None  # noqa: E731
+    with Server(script, text_of=lambda sol: "ok") as srv:
+        gen = _one(OpenAIBackend("m", srv.url, max_retries=2, backoff_base=0.001))
+    assert gen.retries == 1
+    err = capsys.readouterr().err
+    assert "asked to wait 100000 s" in err and "instead" in err
+
+
+def test_huge_answers_are_capped_and_stored_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
+    huge = "x" * 1_000_000
+    cfg = BenchConfig(formulations=("equations",), depths=(2,), n=2, max_draws=2)
+    with Server(text_of=lambda sol: huge) as srv:  # ignores max_tokens: 1 MB per draw
+        bench.run_bench(OpenAIBackend("m", srv.url), cfg, tmp_path)
+    size = (tmp_path / "samples.jsonl").stat().st_size
+    assert size < 4 * (backends.MAX_TEXT_CHARS + 3000)  # 4 draws, each stored once and capped
+    rec = next(iter(bench.load_records(tmp_path / "samples.jsonl").values()))
+    assert rec["draws"][0]["text"] == "x" * backends.MAX_TEXT_CHARS + "...[998000 more characters dropped]"
+    assert (tmp_path / "results.json").stat().st_size < 20_000
+
+
+# --- 5. resumed answers must match the run -------------------------------------------------------------
+
+
+class Fixed:
+    """A backend that always answers correctly (solving the prompt)."""
+
+    name = "fake"
+    max_concurrency = 1
+
+    def __init__(self, model="a", mode="chat"):
+        self.model, self.mode, self.calls = model, mode, 0
+
+    async def complete(self, request):
+        self.calls += 1
+        text = request.messages[-1][1] if request.messages else request.prompt.rsplit("Question: ", 1)[1][: -len("\nAnswer:")]
+        return Generation(solve(text).answer, 0.0, "stop")
+
+    async def aclose(self):
+        pass
+
+
+CFG = BenchConfig(formulations=("equations",), depths=(2,), n=3)
+
+
+def test_samples_without_config_from_another_model_are_refused(tmp_path):
+    bench.run_bench(Fixed("a"), CFG, tmp_path)
+    (tmp_path / "config.json").unlink()
+    with pytest.raises(UsageError, match="answers of another run.*model"):
+        bench.run_bench(Fixed("b"), CFG, tmp_path)
+    assert not (tmp_path / "config.json").exists()  # nothing recorded by the refused run
+    other = BenchConfig(formulations=("equations",), depths=(2,), n=3, few_shot=1)
+    with pytest.raises(UsageError, match="few_shot"):
+        bench.run_bench(Fixed("a"), other, tmp_path)
+    with pytest.raises(UsageError, match="mode"):
+        bench.run_bench(Fixed("a", mode="completion"), CFG, tmp_path)
+    same = Fixed("a")
+    bench.run_bench(same, CFG, tmp_path)  # the same run resumes: nothing asked again
+    assert same.calls == 0
+
+
+def test_old_records_without_identity_need_config(tmp_path):
+    bench.run_bench(Fixed("a"), CFG, tmp_path)
+    lines = (tmp_path / "samples.jsonl").read_text().splitlines()
+    stripped = []
+    for line in lines:  # records as an older version wrote them
+        rec = json.loads(line)
+        for k in ("protocol", "few_shot", "temperature", "max_draws", "max_tokens"):
+            rec.pop(k)
+        stripped.append(json.dumps(rec))
+    (tmp_path / "samples.jsonl").write_text("\n".join(stripped) + "\n")
+    again = Fixed("a")
+    bench.run_bench(again, CFG, tmp_path)  # config.json vouches for them
+    assert again.calls == 0
+    (tmp_path / "config.json").unlink()
+    with pytest.raises(UsageError, match="not recorded"):
+        bench.run_bench(Fixed("a"), CFG, tmp_path)
+
+
+# --- 11. damaged records and state files --------------------------------------------------------------
+
+
+def test_sample_record_missing_a_key_is_asked_again(tmp_path):
+    bench.run_bench(Fixed("a"), CFG, tmp_path)
+    lines = (tmp_path / "samples.jsonl").read_text().splitlines()
+    rec = json.loads(lines[0])
+    del rec["correct"]
+    lines[0] = json.dumps(rec)
+    (tmp_path / "samples.jsonl").write_text("\n".join(lines) + "\n")
+    again = Fixed("a")
+    res = bench.run_bench(again, CFG, tmp_path)
+    assert again.calls == 1 and res["cells"][0]["n"] == 3
+
+
+@pytest.mark.parametrize("content", ["", "{not json", "[1, 2]", '{"identity": 3}'])
+def test_damaged_bench_config_is_one_line(tmp_path, content, capsys, monkeypatch):
+    (tmp_path / "config.json").write_text(content)
+    with pytest.raises(UsageError, match="config.json"):
+        bench.run_bench(Fixed("a"), CFG, tmp_path)
+
+
+def _circuit(**over):
+    heads = [{"layer": 0, "head": 0, "rules": "uniform", "paths": []},
+             {"layer": 1, "head": 0, "rules": {"first": "s-1", "second": "kept", "query": "uniform"}, "paths": [[1, 0]]}]
+    d = {"depth": 2, "heads": heads, "info": {}}
+    d.update(over)
+    return d
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d["heads"][1]["rules"].update(first="s+99"), "unknown rule"),
+        (lambda d: d["heads"][0].update(rules="sometimes"), "unknown kind"),
+        (lambda d: d["heads"][1].update(paths=[[9, 0]]), "out of range"),
+        (lambda d: d["heads"][1].update(paths=[[-2, 0]]), "out of range"),
+        (lambda d: d["heads"][1].update(paths=[[1, -3]]), "out of range"),
+        (lambda d: d["heads"][1].update(paths=[[1]]), "a path must be"),
+        (lambda d: d["heads"][0].update(layer=-1), "layer and head"),
+        (lambda d: d.update(depth="2"), "depth"),
+        (lambda d: d.update(heads={}), "heads"),
+        (lambda d: d["heads"][1].update(rules=["s-1"]), "rules must be"),
+    ],
+)
+def test_circuit_schema_validated_on_load(tmp_path, mutate, message):
+    from stackedheads.circuits.ablate import Circuit
+
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(_circuit()))
+    assert Circuit.load(good).paths() == [(1, 0, 1, 0)]
+    d = _circuit()
+    mutate(d)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(d))
+    with pytest.raises(UsageError, match=message):
+        Circuit.load(bad)
+
+
+def test_circuit_sink_path_is_valid(tmp_path):
+    from stackedheads.circuits.ablate import SINK, Circuit
+
+    d = _circuit()
+    d["heads"][1]["paths"] = [[1, SINK]]
+    (tmp_path / "c.json").write_text(json.dumps(d))
+    assert Circuit.load(tmp_path / "c.json").paths() == [(1, 0, 1, SINK)]
+
+
+def test_damaged_reproduce_state_is_one_line(tmp_path, capsys):
+    out = tmp_path / "rep"
+    args = ["reproduce", "--preset", "smoke", "--out", str(out), "--skip", "llm", "--skip", "figure4",
+            "--skip", "circuits", "--skip", "emergence", "--skip", "prompts"]
+    code, _, stderr = run_cli(args, capsys)
+    assert code == 0, stderr
+    (out / "theory" / "done.json").write_text('{"rows": 6, "fi')  # cut off by a full disk
+    code, _, stderr = run_cli(args, capsys)
+    assert code == 2 and "done.json is damaged" in stderr and "delete it" in stderr
+    assert one_error(stderr)
+    (out / "theory" / "done.json").write_text("{}")  # valid JSON, wrong shape
+    code, _, stderr = run_cli(args, capsys)
+    assert code == 2 and "done.json is damaged" in stderr and one_error(stderr)
+    (out / "theory" / "done.json").unlink()
+    (out / "config.json").write_text("[]")
+    code, _, stderr = run_cli(args, capsys)
+    assert code == 2 and "config.json has the wrong shape" in stderr
+
+
+# --- 4. atomic writes -----------------------------------------------------------------------------
+
+
+def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "state.json"
+    storage.atomic_write_json(path, {"v": 1})
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(storage.os, "fsync", full)
+    with pytest.raises(OSError):
+        storage.atomic_write_json(path, {"v": 2})
+    assert json.loads(path.read_text()) == {"v": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]  # no temporary left behind
+
+
+# --- 10. filesystem errors ------------------------------------------------------------------------
+
+
+def test_out_is_a_file(tmp_path, capsys):
+    f = tmp_path / "file"
+    f.write_text("x")
+    code, _, stderr = run_cli(["prompts", "-f", "equations", "--out", str(f / "q.jsonl")], capsys)
+    assert code == 2 and "Traceback" not in stderr and str(f) in stderr
+    code, _, stderr = run_cli(["theory", "--max-depth", "3", "--out", str(f)], capsys)
+    assert code == 2 and "Traceback" not in stderr and one_error(stderr)
+
+
+def test_spec_is_a_folder(tmp_path, capsys):
+    code, _, stderr = run_cli(["circuit", "validate", str(tmp_path), "--spec", str(tmp_path)], capsys)
+    assert code == 2 and "is a folder" in stderr and "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("err, code", [(errno.EROFS, 2), (errno.EACCES, 2), (errno.ENOSPC, 1), (errno.EIO, 1)])
+def test_write_failures_are_one_line(tmp_path, capsys, monkeypatch, err, code):
+    """A read-only folder, no permission (we may run as root: simulated), a full disk, an I/O error."""
+
+    def fail(path, data):
+        raise OSError(err, __import__("os").strerror(err), str(path))
+
+    monkeypatch.setattr(storage, "atomic_write_bytes", fail)
+    got, _, stderr = run_cli(["prompts", "-f", "equations", "--out", str(tmp_path / "q.jsonl")], capsys)
+    assert got == code and "Traceback" not in stderr and one_error(stderr)
+    assert "q.jsonl" in stderr
+
+
+# --- 2. locks ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def held(tmp_path):
+    """Hold the lock of a folder from a second process until the test ends."""
+    procs = []
+
+    def hold(folder: Path):
+        code = textwrap.dedent(f"""
+            import sys, time
+            from stackedheads.storage import FolderLock
+            with FolderLock({str(folder)!r}):
+                print("held", flush=True)
+                sys.stdin.read()
+        """)
+        p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline().strip() == "held"
+        procs.append(p)
+        return p
+
+    yield hold
+    for p in procs:
+        p.stdin.close()
+        p.wait(timeout=30)
+
+
+def test_lock_held_by_another_process(tmp_path, held):
+    p = held(tmp_path / "x")
+    with pytest.raises(UsageError, match=f"in use by pid {p.pid}"):
+        with storage.FolderLock(tmp_path / "x"):
+            pass
+    with storage.FolderLock(tmp_path / "y", reentrant=True):  # a job runner around train()
+        with storage.FolderLock(tmp_path / "y"):
+            pass
+        assert (tmp_path / "y" / ".lock").exists()
+    with storage.FolderLock(tmp_path / "z"):  # by default even this process is refused
+        with pytest.raises(UsageError, match="in use by pid"):
+            with storage.FolderLock(tmp_path / "z"):
+                pass
+    with storage.FolderLock(tmp_path / "z"):  # and every lock was released
+        pass
+
+
+def test_llm_bench_folder_locked(tmp_path, held):
+    held(tmp_path)
+    with pytest.raises(UsageError, match="in use by pid"):
+        bench.run_bench(Fixed("a"), CFG, tmp_path)
+    assert not (tmp_path / "samples.jsonl").exists()
+
+
+def test_reproduce_folder_locked(tmp_path, held, capsys):
+    held(tmp_path / "rep")
+    code, _, stderr = run_cli(["reproduce", "--preset", "smoke", "--out", str(tmp_path / "rep"), "--skip", "llm"], capsys)
+    assert code == 2 and "in use by pid" in stderr
+    assert sorted(p.name for p in (tmp_path / "rep").iterdir()) == [".lock"]
+
+
+def test_sweep_folder_locked(tmp_path, held):
+    from stackedheads import sweep
+
+    held(tmp_path / "sw")
+    with pytest.raises(UsageError, match="in use by pid"):
+        sweep.run_figure4(sweep.figure4_spec("smoke"), tmp_path / "sw")
+    assert not (tmp_path / "sw" / "sweep.json").exists()
+
+
+def test_discover_and_emergence_folders_locked(tmp_path, held):
+    from stackedheads.circuits.discover import discover_run
+    from stackedheads.emergence import emergence_run
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(_train_config()))
+    held(tmp_path / "c")
+    with pytest.raises(UsageError, match="in use by pid"):
+        discover_run(run, tmp_path / "c")
+    held(tmp_path / "e")
+    with pytest.raises(UsageError, match="in use by pid"):
+        emergence_run(run, tmp_path / "e", n_seqs=4)
+
+
+# --- 8, 9, 12. options and values read from files ----------------------------------------------------
+
+
+def _train_config(**over) -> dict:
+    from stackedheads import presets
+
+    return {**presets.get("smoke").to_dict(), **over}
+
+
+def test_emergence_seeds_from_config_never_become_paths(tmp_path):
+    from stackedheads.emergence import emergence_run
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(_train_config(seeds=["../../escape"])))
+    with pytest.raises(UsageError, match="seeds must be a non-empty list of integers"):
+        emergence_run(run, tmp_path / "out", n_seqs=4)
+    assert not (tmp_path / "out").exists() and not (tmp_path.parent / "escape").exists()
+    with pytest.raises(UsageError):
+        storage.safe_component("../x", "a name")
+    assert storage.safe_component("seed3", "a name") == "seed3"
+
+
+@pytest.mark.parametrize("seqs", ["0", "-120"])
+def test_emergence_seqs_validated_before_writing(tmp_path, capsys, seqs):
+    out = tmp_path / "out"
+    code, _, stderr = run_cli(["emergence", str(tmp_path), "--out", str(out), "--seqs", seqs], capsys)
+    assert code == 2 and "--seqs" in stderr and not out.exists()
+
+
+def test_tolerance_nan_refused(tmp_path, capsys):
+    out = tmp_path / "out"
+    for bad in ("nan", "inf", "-1"):
+        code, _, stderr = run_cli(["circuit", "discover", str(tmp_path), "--out", str(out), "--tolerance", bad], capsys)
+        assert code == 2 and "tolerance" in stderr and not out.exists()
+
+
+def test_reproduce_llm_concurrency_validated_before_writing(tmp_path, capsys):
+    out = tmp_path / "rep"
+    code, _, stderr = run_cli(["reproduce", "--preset", "smoke", "--out", str(out), "--llm-backend", "openai",
+                               "--llm-model", "m", "--llm-concurrency", "0"], capsys)
+    assert code == 2 and "--llm-concurrency" in stderr and not out.exists()
+
+
+# --- 13, 14. limits ------------------------------------------------------------------------------------
+
+
+def test_theory_and_prompts_limits(capsys):
+    code, _, stderr = run_cli(["theory", "--max-depth", "100000"], capsys)
+    assert code == 2 and "between 1 and 200" in stderr
+    code, _, stderr = run_cli(["prompts", "-f", "equations", "--n", "10000000"], capsys)
+    assert code == 2 and "between 1 and 100000" in stderr
+
+
+def test_unreachable_ray_address_fails_fast(capsys):
+    pytest.importorskip("ray")
+    from stackedheads.executors import RayExecutor
+
+    with Server() as srv:
+        port = srv.port
+    with pytest.raises(UsageError, match="cannot reach the Ray cluster at 127.0.0.1"):  # nobody listens now
+        RayExecutor(f"127.0.0.1:{port}")
+
+
+def test_garbage_gguf_is_one_line(tmp_path, capsys):
+    pytest.importorskip("llama_cpp")
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\x00garbage" * 100)
+    code, _, stderr = run_cli(["llm-bench", "--backend", "llamacpp", "--model", str(bad), "--n", "1",
+                               "--formulation", "equations", "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and "not a usable GGUF model" in stderr and "Traceback" not in stderr
+
+
+def test_sweep_spec_layers_never_become_paths(tmp_path):
+    from stackedheads import sweep
+
+    spec = sweep.figure4_spec("smoke").to_dict()
+    spec["layers"] = ["../../escape"]
+    (tmp_path / "sweep.json").write_text(json.dumps(spec))
+    with pytest.raises(UsageError, match="expected an integer"):
+        sweep.folder_claims(tmp_path)
+
+
+def test_sweep_job_in_a_locked_run_folder_logs_no_attempt(tmp_path, held):
+    from stackedheads import presets
+    from stackedheads.executors import Job, run_dir, run_job
+
+    job = Job("ic-D2-L1", "ic", presets.get("smoke"))
+    held(run_dir(tmp_path, job))
+    with pytest.raises(UsageError, match="in use by pid"):
+        run_job(job, tmp_path)
+    assert not (run_dir(tmp_path, job) / "attempts.jsonl").exists()
