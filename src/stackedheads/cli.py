@@ -32,7 +32,7 @@ def prompts_cmd(
     formulation: str = typer.Option(..., "--formulation", "-f", help="equations, lives-with, kingdoms, functions or relatives."),
     depth: Optional[int] = typer.Option(None, "--depth", "-d", help="Retrieval steps D (default: the formulation's; fixed for functions and relatives)."),
     chains: int = typer.Option(4, "--chains", "-c", help="Interleaved chains N."),
-    n: int = typer.Option(1, "--n", help="Number of questions."),
+    n: int = typer.Option(1, "--n", help="Number of questions (at most 100000 per call; use several --seed for more)."),
     seed: int = typer.Option(0, "--seed", help="Seed; question i is a pure function of (arguments, seed, i)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write JSON lines here instead of stdout."),
     export: Optional[Path] = typer.Option(
@@ -42,8 +42,8 @@ def prompts_cmd(
     """Generate retrieval questions (Section 4, Appendix A) as JSON lines."""
     from stackedheads.tasks import prompts
 
-    if n < 1:
-        raise UsageError(f"--n must be >= 1, got {n}")
+    if not 1 <= n <= prompts.MAX_QUESTIONS:
+        raise UsageError(f"--n must be between 1 and {prompts.MAX_QUESTIONS}, got {n}")
     questions = prompts.generate_many(formulation, depth=depth, chains=chains, n=n, seed=seed)
     if export is not None:
         from stackedheads.llm.export import export_questions
@@ -54,14 +54,15 @@ def prompts_cmd(
     if out is None:
         sys.stdout.write(lines)
     else:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(lines, encoding="utf-8")
+        from stackedheads.storage import atomic_write_text
+
+        atomic_write_text(out, lines)
         console.print(f"wrote {len(questions)} questions to {out}")
 
 
 @app.command("theory")
 def theory_cmd(
-    max_depth: int = typer.Option(12, "--max-depth", "-m", help="Tabulate D = 1..M."),
+    max_depth: int = typer.Option(12, "--max-depth", "-m", help="Tabulate D = 1..M (M at most 200: the cost grows as M^3)."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per line instead of a table."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write theory.jsonl and the plot (PNG, SVG) here."),
 ) -> None:
@@ -120,10 +121,21 @@ def _seeds(text: str) -> tuple[int, ...]:
         raise UsageError(f"--seeds must be comma-separated integers, got {text!r}") from None
 
 
+def _floats(text: str, option: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise UsageError(f"{option} must be comma-separated numbers, got {text!r}") from None
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return () if text.strip() in ("", "none") else tuple(x.strip() for x in text.split(",") if x.strip())
+
+
 @app.command("train")
 def train_cmd(
     out: Path = typer.Option(..., "--out", "-o", help="Run folder; running again resumes it."),
-    preset: str = typer.Option("quick", "--preset", "-p", help="paper, quick, smoke, sec8, sec8-quick, sec8-smoke, sec9, sec9-quick, sec9-smoke."),
+    preset: str = typer.Option("quick", "--preset", "-p", help="paper, quick, quick-n4, smoke, sec8, sec8-quick, sec8-smoke, sec9, sec9-quick, sec9-smoke."),
     layers: Optional[int] = typer.Option(None, "--layers", help="Transformer layers."),
     heads: Optional[int] = typer.Option(None, "--heads", help="Attention heads per layer."),
     d_model: Optional[int] = typer.Option(None, "--d-model", help="Residual stream width."),
@@ -138,6 +150,13 @@ def train_cmd(
     n_train: Optional[int] = typer.Option(None, "--n-train", help="Size of the finite training set."),
     lr: Optional[float] = typer.Option(None, "--lr", help="AdamW learning rate."),
     weight_decay: Optional[float] = typer.Option(None, "--weight-decay", help="Decoupled weight decay."),
+    warmup_steps: Optional[int] = typer.Option(None, "--warmup-steps", help="Linear lr warm-up steps (0 = none)."),
+    schedule: Optional[str] = typer.Option(None, "--schedule", help="After warm-up: constant, cosine or linear decay."),
+    min_lr_ratio: Optional[float] = typer.Option(None, "--min-lr-ratio", help="Decay floor, as a fraction of --lr."),
+    grad_clip: Optional[float] = typer.Option(None, "--grad-clip", help="Per-member gradient-norm clipping (0 = off)."),
+    betas: Optional[str] = typer.Option(None, "--betas", help="Adam betas, e.g. 0.9,0.95."),
+    decay_exempt: Optional[str] = typer.Option(None, "--decay-exempt", help="No weight decay on: comma list of norm, bias, embed; or none."),
+    pe: Optional[str] = typer.Option(None, "--pe", help="Positional code per token (Sec. 6) or per input pair (App. B Def. 3): token or pair."),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="Comma-separated seeds, trained together as an ensemble."),
     eval_every: Optional[int] = typer.Option(None, "--eval-every", help="Validate every this many steps."),
     ckpt_every: Optional[int] = typer.Option(None, "--ckpt-every", help="Checkpoint every this many steps."),
@@ -151,11 +170,14 @@ def train_cmd(
     from stackedheads.train import train
 
     base = presets.get(preset)
-    task_over = {"depth": depth, "chains": chains, "dims": dims, "ic": ic, "n_train": n_train}
+    task_over = {"depth": depth, "chains": chains, "dims": dims, "ic": ic, "n_train": n_train, "pe": pe}
     task = replace(base.task, **{k: v for k, v in task_over.items() if v is not None})
     over = {
         "n_layers": layers, "n_heads": heads, "d_model": d_model, "d_head": d_head,
         "batch_size": batch_size, "steps": steps, "lr": lr, "weight_decay": weight_decay,
+        "warmup_steps": warmup_steps, "schedule": schedule, "min_lr_ratio": min_lr_ratio,
+        "grad_clip": grad_clip, "betas": _floats(betas, "--betas") if betas is not None else None,
+        "decay_exempt": _names(decay_exempt) if decay_exempt is not None else None,
         "eval_every": eval_every, "ckpt_every": ckpt_every, "device": device, "dtype": dtype,
         "seeds": _seeds(seeds) if seeds is not None else None, "mlp": False if no_mlp else None,
     }
@@ -206,6 +228,47 @@ def sweep_figure4_cmd(
         )
     Console().print(sweep.claims_table(result))
     console.print(f"summary: {out / 'summary.csv'}  claims: {out / 'claims.json'}  figure: {out / 'figure4.png'}")
+
+
+@sweep_app.command("depth")
+def sweep_depth_cmd(
+    out: Path = typer.Option(..., "--out", "-o", help="Depth folder; running again skips finished runs."),
+    preset: str = typer.Option("quick", "--preset", "-p", help="paper (GPU), quick (CPU, under an hour) or smoke."),
+    depths: Optional[str] = typer.Option(None, "--depths", help="Retrieval steps D, e.g. 1-6 or 1,2,4 (default: the preset's)."),
+    layers: Optional[str] = typer.Option(None, "--layers", help="Layer counts, e.g. 1-8 (default: the preset's)."),
+    seeds: Optional[str] = typer.Option(None, "--seeds", help="Comma-separated seeds per shape (default: the preset's)."),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="float32 or bfloat16 (autocast)."),
+    executor: str = typer.Option("local", "--executor", help="local (in-process) or ray."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address, or 'auto'; default: a local cluster."),
+    ray_cpus_per_job: float = typer.Option(1.0, "--ray-cpus-per-job", help="CPUs each Ray task asks for."),
+) -> None:
+    """Beyond the paper: IC runs over D x layers, the depth phase diagram beside the exact theory, claims D1-D2."""
+    from stackedheads import depth
+    from stackedheads.executors import make_executor
+
+    spec = depth.depth_spec(
+        preset,
+        depths=depth.parse_ints(depths, "--depths") if depths is not None else None,
+        layers=depth.parse_ints(layers, "--layers") if layers is not None else None,
+        seeds=_seeds(seeds) if seeds is not None else None,
+        device=device, dtype=dtype,
+    )
+    depth.check_folder(spec, out)  # before the progress bar, so a refusal is one line
+    bar, factory = _progress("depth")
+    ray_options = {"cpus_per_job": ray_cpus_per_job} if executor == "ray" else {}
+    per_step = (lambda job: factory(job.name)) if executor == "local" else None
+    jobs_bar = factory("jobs") if executor != "local" else None
+    runner = make_executor(executor, ray_address, progress_factory=per_step, **ray_options)
+    with bar:
+        result = depth.run_depth(spec, out, runner, on_done=(lambda job, i, n: jobs_bar(i, n)) if jobs_bar else None)
+    layers_table, claims_table = depth.tables(result)
+    Console().print(layers_table)
+    Console().print(claims_table)
+    for c in result.claims:
+        if c.id == "D1" and c.verdict == "FAIL":  # the theory is a lower bound: a violation must not scroll by
+            console.print(f"[bold red]D1 FAILED: a run learned below the exact causal minimum. {c.measured}[/]")
+    console.print(f"summary: {out / 'summary.csv'}  claims: {out / 'claims.json'}  figure: {out / 'depth_phase.png'}")
 
 
 @app.command("attention")
@@ -291,8 +354,11 @@ def emergence_cmd(
         for key, step in s["emerged"].items():
             table.add_row(str(seed), key, "never" if step is None else f"{step:.0f}")
     Console().print(table)
+    for seed, s in summary["seeds"].items():
+        shown = ", ".join(f"{x} {'-' if p['step'] is None else round(p['step'])}" for x, p in s["positions"].items())
+        console.print(f"seed {seed}: positions emerge {s['order']} ({shown})")
     o = summary["ordering"]
-    console.print(f"x1, x2, ... retrieved in order in {o['in_order']} of {o['decided']} runs (of {o['runs']})")
+    console.print(f"x1, x2, ... emerge strictly in order in {o['in_order']} of {o['decided']} decided runs (of {o['runs']}; {o['counts']})")
 
 
 @app.command("reproduce")
@@ -313,7 +379,7 @@ def reproduce_cmd(
     skip: list[str] = typer.Option([], "--skip", help="A stage to leave out (repeatable): theory, prompts, llm, figure4, circuits, emergence."),
 ) -> None:
     """Run every stage of the paper into one folder (resumable), then write the HTML report."""
-    from stackedheads.claims import FAIL, PASS
+    from stackedheads.claims import claims_table, collect
     from stackedheads.executors import make_executor
     from stackedheads.reproduce import LLMChoice, reproduce
 
@@ -343,15 +409,25 @@ def reproduce_cmd(
     for name, stage in summary["stages"].items():
         table.add_row(name, f"{stage['wall_s']:.1f} s", "done earlier" if stage.get("already_done") else "ran now")
     Console().print(table)
-    claims = json.loads((out / "report" / "claims.json").read_text())
-    ct = Table(title="the paper's claims")
-    for col in ("section", "id", "verdict"):
-        ct.add_column(col)
-    for c in claims:
-        colour = {PASS: "green", FAIL: "red"}.get(c["verdict"], "dim")
-        ct.add_row(c["section"], c["id"], f"[{colour}]{c['verdict']}[/{colour}]")
-    Console().print(ct)
+    Console().print(claims_table(collect(out)))
     console.print(f"report: {summary['report']}")
+
+
+@app.command("claims")
+def claims_cmd(
+    run_dir: Path = typer.Argument(..., help="A `reproduce` folder or a `sweep figure4` folder."),
+    as_json: bool = typer.Option(False, "--json", help="Print the claims as a JSON list instead of a table."),
+) -> None:
+    """Re-evaluate every claim of a folder from its files (no training): PASS, FAIL, INCONCLUSIVE or NOT RUN."""
+    from stackedheads.claims import claims_table, folder_claims
+
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir} is not a folder")
+    found = folder_claims(run_dir)
+    if as_json:
+        sys.stdout.write(json.dumps([c.to_dict() for c in found], indent=2) + "\n")
+    else:
+        Console().print(claims_table(found, f"claims of {run_dir}"))
 
 
 @app.command("report")
@@ -375,8 +451,33 @@ def _register_llm() -> None:
 _register_llm()
 
 
+# OSError numbers a user can fix by choosing other paths (exit 2); the rest (a full disk, an I/O
+# error) are the environment's (exit 1).
+_USER_ERRNOS = {"EACCES", "EPERM", "EROFS", "ENOTDIR", "EISDIR", "EEXIST", "ENOENT", "ENAMETOOLONG", "ELOOP"}
+
+
+def _os_error_line(e: OSError) -> tuple[str, int]:
+    import errno as errno_mod
+
+    name = errno_mod.errorcode.get(e.errno or 0, "")
+    what = e.strerror or type(e).__name__
+    where = f"{e.filename}" + (f" -> {e.filename2}" if e.filename2 else "") if e.filename else ""
+    msg = f"{where}: {what}" if where else str(e) or what
+    if name in ("ENOSPC", "EDQUOT"):
+        msg += " (free some space and re-run: finished work is kept)"
+    return msg, 2 if name in _USER_ERRNOS else 1
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: one-line errors with exit code 2 for user mistakes."""
+    """Entry point: one-line errors (exit 2 for user mistakes, 1 for the environment); any
+    other error is a bug and keeps its traceback. Every line shown is redacted of secrets."""
+    from stackedheads.errors import redact
+    from stackedheads.llm.backends import BackendError
+
+    def fail(msg: str, code: int) -> None:
+        print(f"stackedheads: error: {redact(' '.join(msg.split()))}", file=sys.stderr)
+        sys.exit(code)
+
     try:
         rv = app(args=argv, standalone_mode=False)
     except (UsageError, TyperException) as e:
@@ -384,11 +485,19 @@ def main(argv: list[str] | None = None) -> None:
         msg = e.format_message() if hasattr(e, "format_message") else str(e)
         if not msg.strip():  # a bare `stackedheads`: typer has already shown the help
             sys.exit(0)
-        print(f"stackedheads: error: {msg}", file=sys.stderr)
-        sys.exit(2)
+        fail(msg, 2)
     except (typer.Abort, KeyboardInterrupt):
         print("stackedheads: interrupted", file=sys.stderr)
         sys.exit(130)
+    except BackendError as e:  # a server or model failed for good, e.g. during `reproduce`
+        fail(f"{e} (answered questions are kept; re-run to resume)", 1)
+    except OSError as e:
+        fail(*_os_error_line(e))
+    except Exception:  # a bug: keep the traceback, but never with a secret in it
+        import traceback
+
+        sys.stderr.write(redact(traceback.format_exc()))
+        sys.exit(1)
     sys.exit(rv if isinstance(rv, int) else 0)
 
 

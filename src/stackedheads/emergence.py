@@ -5,9 +5,18 @@ measure at every checkpoint the mean attention each useful path carries over ``n
 validation sequences (Section 9.1 uses 32), interpolate linearly between checkpoints, and find
 the first step (and epoch) where it exceeds 0.5.
 
-Ordering: each path *serves* the chain positions whose partial loss its removal raises by more
-than the discovery tolerance (recorded at discovery). x_j is retrieved once every path serving it has
-emerged; a run emerges "in order" when x_1, x_2, ... are retrieved in that order (Sec. 9.2).
+Ordering: each path *serves* the chain positions whose partial loss its removal (its redundant
+group's, for a redundant path) raises by more than the discovery tolerance. x_j emerges when the
+paths that serve x_j but not x_(j-1) have (:func:`position_emergence`); a run emerges in order
+when x_1, x_2, ... emerge at strictly increasing checkpoints (two at one checkpoint are a tie,
+reported, not passed; a position with no path of its own makes the run inconclusive).
+
+Steps and the paper's epochs: Section 9.1 trains 6,400 steps and calls them 800 epochs, with a
+checkpoint every "10 epochs (80 steps)": 8 steps per epoch. With 262,144 examples and batch 256
+an epoch would be 1,024 steps, so the paper's two statements disagree; the sec9 presets follow
+its arithmetic (``TrainConfig.steps_per_epoch = 8``), so "450 epochs" is step 3,600. Timelines
+and plots give both. The trainer saves a step-0 checkpoint, so attention at initialisation is
+the first point of every curve.
 """
 
 from __future__ import annotations
@@ -18,10 +27,12 @@ from pathlib import Path
 
 import torch
 
-from stackedheads.circuits.ablate import Circuit, path_key
+from stackedheads.circuits.ablate import SINK, Circuit, path_key
+from stackedheads.claims import order_of
 from stackedheads.circuits.rules import chain_positions
 from stackedheads.errors import UsageError
 from stackedheads.plots import save_figure
+from stackedheads.storage import atomic_write_json
 from stackedheads.train import (
     TrainConfig,
     list_checkpoints,
@@ -43,7 +54,8 @@ def path_attention(model, batch, paths: list[tuple[int, int, int, int]]) -> list
     out = []
     for layer, head, src, dst in paths:
         pat = cache[f"blocks.{layer}.attn.hook_pattern"][0, :, head]  # (B, T, T)
-        rows, cols = cp[:, :, src], cp[:, :, dst]  # (B, N)
+        rows = cp[:, :, src]  # (B, N)
+        cols = torch.zeros_like(rows) if dst == SINK else cp[:, :, dst]
         out.append(float(pat[torch.arange(B)[:, None], rows, cols].mean()))
     return out
 
@@ -59,32 +71,76 @@ def first_crossing(steps: list[int], values: list[float], threshold: float = THR
     return None
 
 
+def first_seen(steps: list[int], values: list[float], threshold: float = THRESHOLD) -> int | None:
+    """First checkpoint step at which ``values`` is at or above ``threshold`` (None: never).
+
+    Two crossings seen at the same checkpoint happened within one checkpoint interval: their
+    interpolated order is a guess, so they are a tie."""
+    return next((s for s, v in zip(steps, values) if v >= threshold), None)
+
+
 @dataclass
 class Timeline:
     seed: int
     steps: list[int]
+    epochs: list[float]  # the paper's epochs of ``steps`` (TrainConfig.epoch)
     paths: list[tuple[int, int, int, int]]
     attention: list[list[float]]  # [checkpoint][path]
-    emerged: dict[str, float | None]  # path key -> step
+    emerged: dict[str, float | None]  # path key -> interpolated step of the 0.5 crossing
+    emerged_seen: dict[str, int | None]  # path key -> first checkpoint at or above 0.5
     serves: dict[str, list[int]]  # path key -> chain positions j
-    retrieved: dict[str, float | None]  # "x{j}" -> step when every path serving it has emerged
-    in_order: bool | None
+    groups: list[list[str]]  # redundant groups of the circuit (useful only together)
+    positions: dict[str, dict]  # "x{j}" -> new paths, step, seen step, epoch, status
+    order: str  # claims.order_of over the positions, or "inconclusive" (a position has no new path)
+    first_paths: list[str]  # the paths seen first
+    plateau_steps: float | None  # steps before the first path emerges (Sec. 9.2: 450 epochs)
+    loss_drops: dict[str, int | None]  # first evaluated step each partial loss is below the C2 threshold
+    loss_drop_order: str
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def retrieval_order(emerged: dict[str, float | None], serves: dict[str, list[int]], depth: int) -> tuple[dict, bool | None]:
-    retrieved: dict[str, float | None] = {}
+def position_emergence(
+    emerged: dict[str, float | None], seen: dict[str, int | None], serves: dict[str, list[int]],
+    groups: list[list[str]], depth: int,
+) -> dict[str, dict]:
+    """When each x_j emerges (Sec. 9.2): once the paths that serve x_j but not x_(j-1) have.
+
+    Paths of one redundant group stand in for each other (the first of them to emerge counts);
+    otherwise every new path is needed (the last to emerge counts). A position served by no path
+    of its own (e.g. one path serving x1..x3) cannot be timed: ``new_paths`` is empty.
+    """
+    group_of = {k: tuple(g) for g in groups for k in g}
+    out = {}
     for j in range(1, depth + 1):
-        keys = [k for k, js in serves.items() if j in js]
-        times = [emerged[k] for k in keys]
-        retrieved[f"x{j}"] = None if not keys or None in times else max(times)
-    known = [t for t in retrieved.values() if t is not None]
-    in_order = None if len(known) < 2 else known == sorted(known) and all(
-        t is not None for t in list(retrieved.values())[: len(known)]
-    )
-    return retrieved, in_order
+        new = sorted(k for k, js in serves.items() if j in js and (j - 1) not in js)
+        units = sorted({group_of.get(k, (k,)) for k in new})
+
+        def unit_time(unit, times):
+            got = [times[k] for k in unit if times.get(k) is not None]
+            return min(got) if got else None
+
+        t = [unit_time(u, emerged) for u in units]
+        s = [unit_time(u, seen) for u in units]
+        never = not units or None in s
+        out[f"x{j}"] = {
+            "new_paths": new,
+            "step": None if never else max(t),
+            "seen": None if never else max(s),
+            "status": "no path serves it but not the position before" if not units
+            else ("never emerged" if never else "emerged"),
+        }
+    return out
+
+
+def position_order(positions: dict[str, dict]) -> str:
+    """E3's evidence for one run: ``claims.order_of`` of the positions' seen steps, or
+    ``inconclusive`` when a position has no path of its own and the rest show no disorder."""
+    order = order_of([p["seen"] for p in positions.values() if p["new_paths"]])
+    if order != "out of order" and any(not p["new_paths"] for p in positions.values()):
+        return "inconclusive"
+    return order
 
 
 def timeline(run_dir: str | Path, circuits: dict[int, Circuit], n_seqs: int = 32) -> list[Timeline]:
@@ -92,6 +148,8 @@ def timeline(run_dir: str | Path, circuits: dict[int, Circuit], n_seqs: int = 32
     ckpts = list_checkpoints(Path(run_dir))
     if len(ckpts) < 2:
         raise UsageError(f"{run_dir} has {len(ckpts)} checkpoint(s); emergence needs a run saved with several")
+    if n_seqs < 1:  # a negative slice would silently keep most of the batch
+        raise UsageError(f"--seqs must be >= 1, got {n_seqs}")
     cfg = TrainConfig.from_dict(json.loads((Path(run_dir) / "config.json").read_text()))
     batch = validation_batch(cfg)[:n_seqs]
     seeds = [s for s in cfg.seeds if s in circuits]
@@ -102,23 +160,40 @@ def timeline(run_dir: str | Path, circuits: dict[int, Circuit], n_seqs: int = 32
         steps.append(step)
         for s in seeds:
             attn[s].append(path_attention(model.member(cfg.seeds.index(s)), batch, circuits[s].paths()))
+    from stackedheads.sweep import cross_threshold, crossing_steps
+
+    metrics = read_metrics(Path(run_dir))
     out = []
     for s in seeds:
         paths = circuits[s].paths()
-        emerged = {path_key(p): first_crossing(steps, [a[i] for a in attn[s]]) for i, p in enumerate(paths)}
+        keys = [path_key(p) for p in paths]
+        curves = {k: [a[i] for a in attn[s]] for i, k in enumerate(keys)}
+        emerged = {k: first_crossing(steps, curves[k]) for k in keys}
+        seen = {k: first_seen(steps, curves[k]) for k in keys}
         serves = {k: v for k, v in circuits[s].info.get("serves", {}).items() if k in emerged}
-        retrieved, in_order = retrieval_order(emerged, serves, cfg.task.depth)
-        out.append(Timeline(s, steps, paths, attn[s], emerged, serves, retrieved, in_order))
+        groups = [g for g in circuits[s].info.get("redundant_groups", []) if all(k in emerged for k in g)]
+        positions = position_emergence(emerged, seen, serves, groups, cfg.task.depth)
+        for p in positions.values():
+            p["epoch"] = None if p["step"] is None else cfg.epoch(p["step"])
+        first = min((v for v in seen.values() if v is not None), default=None)
+        parts = [f"val_x{j}" for j in range(1, cfg.task.depth + 1)]
+        drops = crossing_steps(metrics, s, parts, cross_threshold(cfg.task.chains))
+        out.append(Timeline(
+            s, steps, [cfg.epoch(x) for x in steps], paths, attn[s], emerged, seen, serves, groups, positions,
+            position_order(positions), sorted(k for k, v in seen.items() if v is not None and v == first),
+            min((v for v in emerged.values() if v is not None), default=None),
+            {k[4:]: v for k, v in drops.items()}, order_of(list(drops.values())),
+        ))
     return out
 
 
 def ordering_statistic(timelines: list[Timeline]) -> dict:
-    decided = [t for t in timelines if t.in_order is not None]
+    """E3 over runs: how many emerge strictly in order, out of order, tied, or cannot be timed."""
+    count = {o: sum(t.order == o for t in timelines) for o in ("in order", "out of order", "tie", "undecided", "inconclusive")}
+    decided = count["in order"] + count["out of order"]
     return {
-        "runs": len(timelines),
-        "decided": len(decided),
-        "in_order": sum(bool(t.in_order) for t in decided),
-        "fraction_in_order": (sum(bool(t.in_order) for t in decided) / len(decided)) if decided else None,
+        "runs": len(timelines), "decided": decided, "in_order": count["in order"], "counts": count,
+        "fraction_in_order": count["in order"] / decided if decided else None,
     }
 
 
@@ -131,7 +206,7 @@ def plot_timeline(t: Timeline, cfg: TrainConfig, metrics: list[dict], out: Path)
 
     out.mkdir(parents=True, exist_ok=True)
     files = []
-    epoch = cfg.batch_size / cfg.task.n_train
+    per = cfg.epoch(1.0)  # epochs per step (8 steps per epoch for the sec9 presets, Sec. 9.1)
     colors = plt.get_cmap("tab10")
 
     def save(fig, name):
@@ -145,9 +220,9 @@ def plot_timeline(t: Timeline, cfg: TrainConfig, metrics: list[dict], out: Path)
         if t.emerged[key] is not None:
             ax.axvline(t.emerged[key], color="grey", ls="--")
         ax.set(xlabel="step", ylabel="mean attention", ylim=(0, 1.02), title=f"seed {t.seed}: {key}")
-        sec = ax.secondary_xaxis("top", functions=(lambda s: s * epoch, lambda e: e / epoch))
-        sec.set_xlabel("epoch")
-        save(fig, f"path{i}_L{p[0]}.{p[1]}_s{p[2]}-s{p[3]}")
+        sec = ax.secondary_xaxis("top", functions=(lambda s: s * per, lambda e: e / per))
+        sec.set_xlabel("epoch (paper's)")
+        save(fig, f"path{i}_L{p[0]}.{p[1]}_s{p[2]}-" + ("p0" if p[3] == SINK else f"s{p[3]}"))
 
     fig, ax = plt.subplots(figsize=(6, 0.45 * len(t.paths) + 1.2))
     keys = [path_key(p) for p in t.paths]
@@ -156,6 +231,8 @@ def plot_timeline(t: Timeline, cfg: TrainConfig, metrics: list[dict], out: Path)
     ax.set_yticks(range(len(keys)), keys, fontsize=8)
     ax.invert_yaxis()
     ax.set(xlabel="step at which mean attention first exceeds 0.5", title=f"seed {t.seed}: emergence of each path")
+    sec = ax.secondary_xaxis("top", functions=(lambda s: s * per, lambda e: e / per))
+    sec.set_xlabel("epoch (paper's)")
     save(fig, "emergence_summary")
 
     rows = [r for r in metrics if r["seed"] == t.seed]
@@ -169,6 +246,7 @@ def plot_timeline(t: Timeline, cfg: TrainConfig, metrics: list[dict], out: Path)
             if t.emerged[k] is not None:
                 ax.axvline(t.emerged[k], color=colors(i % 10), ls="--", lw=1)
         ax.set(xlabel="step", ylabel="MSE", yscale="log")
+        ax.secondary_xaxis("top", functions=(lambda s: s * per, lambda e: e / per)).set_xlabel("epoch (paper's)")
         ax.legend(fontsize=7)
     left.set_title(f"seed {t.seed}: loss (dashed: a path emerges)")
     right.set_title("partial validation loss")
@@ -184,10 +262,23 @@ def emergence_run(run_dir: str | Path, out: str | Path, circuits_dir: str | Path
     """
     from stackedheads.circuits.discover import discover_run
 
+    from stackedheads.storage import FolderLock, check_seeds, read_state_json
+
     run_dir, out = Path(run_dir), Path(out)
-    cfg = TrainConfig.from_dict(json.loads((run_dir / "config.json").read_text())) if (run_dir / "config.json").exists() else None
-    if cfg is None:
+    if not 1 <= n_seqs <= 100_000:  # 0 would average nothing (NaN attention read as "never")
+        raise UsageError(f"--seqs must be between 1 and 100000, got {n_seqs}")
+    if not (run_dir / "config.json").exists():
         raise UsageError(f"{run_dir} is not a run folder (no config.json)")
+    raw = read_state_json(run_dir / "config.json", "the run's training configuration")
+    check_seeds(raw.get("seeds"), run_dir / "config.json")  # seeds name the folders written below
+    cfg = TrainConfig.from_dict(raw)
+    with FolderLock(out, "emergence"):  # a second process on the folder gets one line
+        return _emergence_locked(run_dir, out, circuits_dir, n_seqs, cfg)
+
+
+def _emergence_locked(run_dir: Path, out: Path, circuits_dir, n_seqs: int, cfg: TrainConfig) -> dict:
+    from stackedheads.circuits.discover import discover_run
+
     if circuits_dir is None:
         circuits_dir = out / "circuits"
         discover_run(run_dir, circuits_dir)
@@ -203,14 +294,15 @@ def emergence_run(run_dir: str | Path, out: str | Path, circuits_dir: str | Path
     for t in timelines:
         folder = out / f"seed{t.seed}"
         plot_timeline(t, cfg, metrics, folder)
-        (folder / "timeline.json").write_text(json.dumps(t.to_dict(), indent=2))
+        atomic_write_json(folder / "timeline.json", t.to_dict())
     summary = {
         "ordering": ordering_statistic(timelines),
         "seeds": {
-            t.seed: {"emerged": t.emerged, "retrieved": t.retrieved, "in_order": t.in_order, "serves": t.serves}
+            t.seed: {"emerged": t.emerged, "positions": t.positions, "order": t.order, "serves": t.serves,
+                     "first_paths": t.first_paths, "plateau_steps": t.plateau_steps}
             for t in timelines
         },
-        "epoch_per_step": cfg.batch_size / cfg.task.n_train,
+        "steps_per_epoch": 1 / cfg.epoch(1.0),
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    atomic_write_json(out / "summary.json", summary)
     return summary

@@ -12,7 +12,6 @@ Sections follow the paper: the claims table (:mod:`stackedheads.claims`), then S
 
 from __future__ import annotations
 
-import json
 import platform
 import shutil
 import time
@@ -27,6 +26,7 @@ from stackedheads import claims as claims_mod
 from stackedheads.claims import read_json as _json
 from stackedheads.claims import read_jsonl as _jsonl
 from stackedheads.errors import UsageError
+from stackedheads.storage import atomic_write_json, atomic_write_text
 
 PACKAGES = (
     "stackedheads", "torch", "numpy", "matplotlib", "safetensors", "typer", "rich", "jinja2",
@@ -105,6 +105,34 @@ def _llm_samples(records: list[dict]) -> list[dict]:
     return out
 
 
+def _llm_section(folder: Path) -> dict | None:
+    """Section 4: per model, its identity, its cells at the paper's depths and by D, a few
+    sample answers; the D columns of the depth tables."""
+    from stackedheads.llm.compare import DEPTH_FORMULATIONS, load_comparison
+    from stackedheads.tasks.prompts import FORMULATIONS
+
+    if not folder.is_dir():
+        return None
+    comparison = load_comparison(folder)
+    if not comparison or not comparison.get("models"):
+        return None
+    models = []
+    for m in comparison["models"]:
+        per_f = m["per_formulation"]
+        models.append({
+            "model": m["model"],
+            "identity": m["identity"],
+            "rows": [per_f[f] for f in FORMULATIONS if f in per_f],
+            "per_depth": m["per_depth"],
+            "samples": _llm_samples(_jsonl(Path(m["folder"]) / "samples.jsonl")) if m.get("folder") else [],
+        })
+    depths = {
+        f: ds for f in DEPTH_FORMULATIONS
+        if len(ds := sorted({int(d) for m in models for d in m["per_depth"].get(f, {})})) > 1
+    }
+    return {"models": models, "depths": depths, "identity": models[0]["identity"]}
+
+
 def _stages(run: Path) -> tuple[list[dict], str]:
     from stackedheads.reproduce import STAGE_NAMES
 
@@ -129,6 +157,7 @@ def _configs(run: Path) -> list[dict]:
     files = [
         ("reproduce: config.json", run / "config.json"),
         ("llm: config.json (benchmark invocations)", run / "llm" / "config.json"),
+        *((f"llm: {p.parent.name}/config.json (benchmark invocations)", p) for p in sorted((run / "llm").glob("*/config.json"))),
         ("figure4: sweep.json", run / "figure4" / "sweep.json"),
         ("circuits: transformers A-C config.json", run / "circuits" / "runs" / "transformers-A-C" / "config.json"),
         ("emergence: transformer D config.json", run / "emergence" / "runs" / "transformer-D" / "config.json"),
@@ -149,7 +178,8 @@ def write_report(run_dir: str | Path) -> Path:
     circ, emer = run / "circuits", run / "emergence"
     figures = {
         "theory": figs.add(run / "theory" / "theory.png", "Minimum layers vs D: the exact simulation of Assumptions 1-2 beside ceil(log3 2D) (Sec. 5, App. B)"),
-        "figure2": figs.add(run / "llm" / "figure2.png", "Figure 2: accuracy per formulation with Wilson 95% intervals; dashed: chance"),
+        "figure2": figs.add(run / "llm" / "figure2.png", "Figure 2: left, accuracy per formulation, one bar per model (Wilson 95%; dashed: chance); right, equations accuracy vs D"),
+        "figure2_depth": figs.add(run / "llm" / "figure2_depth.png", "Accuracy vs D for every formulation with a depth: where each model's ability ends (Wilson 95%; dashed: chance)"),
         "figure4": figs.add(run / "figure4" / "figure4.png", "Figure 4: final loss vs layers (IC and non-IC) and partial losses per chain position"),
         "circuits": figs.glob(circ / "discovered", "seed*/circuit.png", lambda p: f"Seed {_seed_of(p)}: the discovered circuit (useful paths)"),
         "maps": figs.glob(circ / "maps", "seed*/grid.png", lambda p: f"Seed {_seed_of(p)}: attention per layer on single sequences")
@@ -160,14 +190,12 @@ def write_report(run_dir: str | Path) -> Path:
         "appendix_d": figs.glob(emer / "timeline", "seed*/path*.png", lambda p: f"Seed {_seed_of(p)}: {p.stem.split('_', 1)[1]}"),
     }
     claims = claims_mod.collect(run)
-    counts = Counter({claims_mod.PASS: 0, claims_mod.FAIL: 0, claims_mod.NOT_RUN: 0})
+    counts = Counter({v: 0 for v in claims_mod.VERDICTS})
     counts.update(c.verdict for c in claims)
-    circuit_tables = [
-        {"seed": seed, "rows": found["losses"]}
-        for seed, found in ((_json(circ / "done.json") or {}).get("circuits") or {}).items()
-    ]
+    circuit_tables = _circuit_tables(circ / "discovered")
+    emergence_tables = _circuit_tables(emer / "discovered")
     stages, total = _stages(run)
-    llm = _json(run / "llm" / "results.json")
+    llm = _llm_section(run / "llm")
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("stackedheads", "templates"),
         autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=False,
@@ -184,17 +212,34 @@ def write_report(run_dir: str | Path) -> Path:
         counts=counts,
         prompts=[qs[0] for form in _prompt_forms(run) if (qs := _jsonl(run / "prompts" / f"{form}.jsonl"))],
         llm=llm,
-        llm_samples=_llm_samples(_jsonl(run / "llm" / "samples.jsonl")) if llm else [],
         theory=_jsonl(run / "theory" / "theory.jsonl"),
         figures=figures,
         circuit_tables=circuit_tables,
+        emergence_tables=emergence_tables,
         stages=stages,
         configs=_configs(run),
     )
     path = report / "index.html"
-    path.write_text(html, encoding="utf-8")
-    (report / "claims.json").write_text(json.dumps([c.to_dict() for c in claims], indent=2))
+    atomic_write_text(path, html)
+    atomic_write_json(report / "claims.json", [c.to_dict() for c in claims])
     return path
+
+
+def _circuit_tables(discovered: Path) -> list[dict]:
+    """Per seed: the ablation losses (App. E steps 5-6, held-out sequences), with each chain
+    position's budget, the redundant groups and the unexplained rows."""
+    out = []
+    for p in sorted(discovered.glob("seed*/summary.json")):
+        found = _json(p)
+        if not found or "budgets" not in found:
+            continue
+        out.append({
+            "seed": p.parent.name[4:], "rows": found["losses"], "budgets": found["budgets"],
+            "budget_text": claims_mod._budget_text(found), "groups": found.get("redundant_groups", []),
+            "unexplained": found.get("unexplained_heads", []), "over": found.get("over_budget", []),
+            "n_check": found.get("n_check"),
+        })
+    return out
 
 
 def _prompt_forms(run: Path) -> list[str]:

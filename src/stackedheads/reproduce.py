@@ -26,8 +26,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from stackedheads import presets, theory
-from stackedheads.errors import UsageError
+from stackedheads.errors import UsageError, public_url
 from stackedheads.executors import Executor, Job, LocalExecutor, run_dir
+from stackedheads.storage import FolderLock, atomic_write_text, read_state_json
 from stackedheads.tasks import prompts
 from stackedheads.train import TrainConfig
 
@@ -48,6 +49,20 @@ class LLMChoice:
     concurrency: int = 1
     threads: int | None = None
 
+    def __post_init__(self) -> None:  # before reproduce() writes anything
+        if self.concurrency < 1:
+            raise UsageError(f"--llm-concurrency must be >= 1, got {self.concurrency}")
+        if self.threads is not None and self.threads < 1:
+            raise UsageError(f"--llm-threads must be >= 1, got {self.threads}")
+
+    def public(self) -> dict:
+        """The choice as it may be written: no credentials in the URL."""
+        return {**asdict(self), "base_url": public_url(self.base_url)}
+
+
+def _write_json(path: Path, obj) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2))
+
 
 @dataclass(frozen=True)
 class LLMStage:
@@ -56,7 +71,10 @@ class LLMStage:
     max_draws: int = 10
     max_tokens: int = 16
     equation_depths: tuple[int, ...] = ()  # Fig. 2 right: equations accuracy vs D
+    # ``model`` may name several models, comma-separated: one sub-folder each, one Figure 2.
     model: LLMChoice | None = field(default_factory=LLMChoice)  # None: the user must name one
+    other_depths: tuple[int, ...] = ()  # lives-with and kingdoms accuracy vs D (kingdoms: D <= 5)
+    depth_n: int | None = None  # questions per cell of the D sweeps (None: n)
 
 
 @dataclass(frozen=True)
@@ -73,7 +91,17 @@ class ReproducePreset:
     maps_seqs: int = 4
     emergence_seqs: int = 32  # Sec. 9.1: 32 input sequences
     seed: int = 0
+    # Circuit discovery's loss budget per chain position: App. E's absolute threshold (0.05) for
+    # the paper's models; None: each position's unablated loss + circuit_tolerance (CPU twins,
+    # whose losses are far above the paper's; the report states which was used).
+    circuit_threshold: float | None = None
+    circuit_tolerance: float = 0.04
 
+
+# Quick preset's LLM questions: per formulation, and per cell of the D sweeps. Measured
+# 2.1 (SmolLM2) and 3.7 (Qwen 0.5B) CPU s per 3-shot question on one llama thread (a loaded
+# 2-core machine): 45 questions per model, about 4 minutes for the stage.
+QUICK_LLM_N, QUICK_LLM_DEPTH_N = 5, 5
 
 PRESETS = {
     # Every stage in about a minute: the test suite runs it.
@@ -87,7 +115,13 @@ PRESETS = {
     # have the paper's shape) and one D twin keep the training stages within that budget.
     "quick": ReproducePreset(
         "quick", theory_max_depth=20, prompts_per_formulation=5,
-        llm=LLMStage(n=24, few_shot=3),
+        # The LLM stage (~4 min on 2 cores, measured; README): SmolLM2 and Qwen2.5-Coder-0.5B,
+        # the five formulations at the paper's depths, and accuracy vs D for the three with a D.
+        # Three solved examples: these small models then answer in 1-2 draws instead of 7-10.
+        llm=LLMStage(
+            n=QUICK_LLM_N, few_shot=3, equation_depths=(1, 2, 3, 4, 5), other_depths=(),
+            depth_n=QUICK_LLM_DEPTH_N, model=LLMChoice(model="smollm2,qwen2.5-coder-0.5b"),
+        ),
         figure4="quick", circuits="sec8-quick", emergence="sec9-quick",
         circuits_seeds=(2,),
     ),
@@ -96,7 +130,7 @@ PRESETS = {
     "paper": ReproducePreset(
         "paper", theory_max_depth=50, prompts_per_formulation=500,
         llm=LLMStage(n=500, few_shot=0, equation_depths=tuple(range(1, 11)), model=None),
-        figure4="paper", circuits="sec8", emergence="sec9",
+        figure4="paper", circuits="sec8", emergence="sec9", circuit_threshold=0.05,
     ),
 }
 
@@ -143,45 +177,88 @@ def stage_prompts(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
     counts = {}
     for form in prompts.FORMULATIONS:
         qs = prompts.generate_many(form, n=preset.prompts_per_formulation, seed=preset.seed)
-        with open(out / f"{form}.jsonl", "w") as f:
-            for q in qs:
-                f.write(json.dumps(q.to_dict()) + "\n")
+        atomic_write_text(out / f"{form}.jsonl", "".join(json.dumps(q.to_dict()) + "\n" for q in qs))
         counts[form] = len(qs)
     return {"questions": counts}
 
 
+def llm_models(choice: LLMChoice) -> list[str]:
+    """The models of an LLM choice: ``model`` may be a comma-separated list."""
+    names = [m.strip() for m in choice.model.split(",") if m.strip()]
+    if not names:
+        raise UsageError("--llm-model is empty")
+    return list(dict.fromkeys(names))
+
+
+def llm_configs(spec: LLMStage, seed: int) -> list:
+    """The benchmark passes of the stage: the five formulations at the paper's depths, then
+    the D sweeps (they share the D = 5 questions, asked once)."""
+    from stackedheads.llm.bench import BenchConfig
+
+    common = {"seed": seed, "few_shot": spec.few_shot, "max_draws": spec.max_draws, "max_tokens": spec.max_tokens}
+    configs = [BenchConfig(n=spec.n, **common)]
+    dn = spec.depth_n or spec.n
+    if spec.equation_depths:
+        configs.append(BenchConfig(formulations=("equations",), depths=spec.equation_depths, n=dn, **common))
+    for form in ("lives-with", "kingdoms"):
+        depths = tuple(d for d in spec.other_depths if d <= prompts.max_depth(form))
+        if depths:
+            configs.append(BenchConfig(formulations=(form,), depths=depths, n=dn, **common))
+    return configs
+
+
 def stage_llm(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
     from stackedheads.llm.backends import make_backend
-    from stackedheads.llm.bench import BenchConfig, plan, run_bench
+    from stackedheads.llm.bench import plan, run_bench
+    from stackedheads.llm.compare import compare, model_dir_name
+    from stackedheads.llm.fetch import REGISTRY, fetch, is_fetched
 
     spec, choice = preset.llm, ctx.llm
     assert choice is not None  # resolve_llm() ran before any stage
-    common = {"seed": preset.seed, "few_shot": spec.few_shot, "max_draws": spec.max_draws, "max_tokens": spec.max_tokens}
-    configs = [BenchConfig(n=spec.n, **common)]
-    if spec.equation_depths:
-        configs.append(BenchConfig(formulations=("equations",), depths=spec.equation_depths, n=spec.n, **common))
-    total = sum(len(plan(c)) for c in configs)
-    info = asdict(choice)
-    backend_args = {k: v for k, v in info.items() if k not in ("backend", "model", "threads")}
-    results: dict = {}
-    offset = 0
+    names = llm_models(choice)
+    configs = llm_configs(spec, preset.seed)
+    per_model = sum(len(plan(c)) for c in configs)
+    total = per_model * len(names)
+    backend_args = {k: v for k, v in asdict(choice).items() if k not in ("backend", "model", "threads")}
+    info = choice.public()  # what is written: the backend gets the URL as given
+    # One model: the run folder is the stage folder itself; several: a sub-folder each.
+    folders = {m: out if len(names) == 1 else out / model_dir_name(m) for m in names}
+    if choice.backend == "llamacpp":
+        for m in names:  # fetched once into the user cache; a no-op later
+            if m in REGISTRY and not is_fetched(REGISTRY[m]) and not (m == "smollm2" and _smollm2_installed()):
+                tick = ctx.tick(f"llm: fetch {m} (MB)")
+                fetch(m, progress=(lambda d, t, _w: tick(d >> 20, t >> 20)) if tick else None)
     tick = ctx.tick("llm: questions")
-    for cfg in configs:
-        # A backend is closed at the end of a run, so each pass gets its own.
-        engine = make_backend(choice.backend, choice.model, n_threads=choice.threads, **backend_args)
-        n = len(plan(cfg))
-        results = run_bench(
-            engine, cfg, out, backend_info=info,
-            progress=(lambda d, _t, o=offset: tick(o + d, total)) if tick else None,
-        )
-        offset += n
-    per_f = results["per_formulation"]
+    offset = 0
+    wall: dict[str, float] = {}
+    for m in names:
+        t0 = time.perf_counter()
+        for cfg in configs:
+            # A backend is closed at the end of a run, so each pass gets its own.
+            engine = make_backend(choice.backend, m, n_threads=choice.threads, **backend_args)
+            run_bench(
+                engine, cfg, folders[m], backend_info={**info, "model": m},
+                progress=(lambda d, _t, o=offset: tick(o + d, total)) if tick else None,
+            )
+            offset += len(plan(cfg))
+        wall[m] = round(time.perf_counter() - t0, 3)
+    comparison = compare(list(folders.values()), out)
     return {
         "model": info,
-        "accuracy": {f: s["accuracy"] for f, s in per_f.items()},
-        "chance": {f: s["chance"] for f, s in per_f.items()},
+        "models": names,
+        "accuracy": {r["model"]: {f: s["accuracy"] for f, s in r["per_formulation"].items()} for r in comparison["models"]},
+        "chance": {f: s["chance"] for f, s in comparison["models"][0]["per_formulation"].items()},
         "questions": total,
+        "questions_per_model": per_model,
+        "wall_s_per_model": wall,
+        "s_per_question": {m: round(wall[m] / per_model, 3) for m in names},
     }
+
+
+def _smollm2_installed() -> bool:
+    from stackedheads.llm.models import find_smollm2
+
+    return find_smollm2() is not None
 
 
 def stage_figure4(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
@@ -189,14 +266,14 @@ def stage_figure4(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
 
     spec = sweep.figure4_spec(preset.figure4, device=ctx.device, dtype=ctx.dtype)
     result = sweep.run_figure4(spec, out, ctx.executor_for("figure4"))
-    return {"claims": {k: v["pass"] for k, v in result.items()}}
+    return {"claims": {k: v["verdict"] for k, v in result.items()}}
 
 
-def _discover(run: Path, out: Path) -> dict:
-    from stackedheads.circuits.discover import discover_run
+def _discover(preset: ReproducePreset, run: Path, out: Path) -> dict:
+    from stackedheads.circuits.discover import DiscoverConfig, discover_run
 
-    found = discover_run(run, out)
-    return {str(seed): d.summary() | {"paths": [list(p) for p in d.circuit.paths()]} for seed, d in found.items()}
+    cfg = DiscoverConfig(tolerance=preset.circuit_tolerance, threshold=preset.circuit_threshold)
+    return {str(seed): d.summary() for seed, d in discover_run(run, out, cfg=cfg).items()}
 
 
 def stage_circuits(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
@@ -208,8 +285,8 @@ def stage_circuits(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
     run = run_dir(out, job)
     for seed in cfg.seeds:  # Appendix C: one set of maps per transformer
         attention_maps(run, out / "maps" / f"seed{seed}", seqs=preset.maps_seqs, seed=seed)
-    discovered = _discover(run, out / "discovered")
-    return {"run": str(run.relative_to(out)), "train": json.loads((run / "summary.json").read_text()), "circuits": discovered}
+    discovered = _discover(preset, run, out / "discovered")
+    return {"run": str(run.relative_to(out)), "train": read_state_json(run / "summary.json", "training summary"), "circuits": discovered}
 
 
 def stage_emergence(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
@@ -219,11 +296,11 @@ def stage_emergence(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
     job = Job("transformer-D", "ic", cfg)
     ctx.executor_for("emergence").run([job], out)
     run = run_dir(out, job)
-    discovered = _discover(run, out / "discovered")
+    discovered = _discover(preset, run, out / "discovered")
     summary = emergence_run(run, out / "timeline", out / "discovered", n_seqs=preset.emergence_seqs)
     return {
         "run": str(run.relative_to(out)),
-        "train": json.loads((run / "summary.json").read_text()),
+        "train": read_state_json(run / "summary.json", "training summary"),
         "circuits": discovered,
         "ordering": summary["ordering"],
     }
@@ -280,16 +357,20 @@ def reproduce(
         if not torch.cuda.is_available():
             raise UsageError("--device cuda was asked for but no CUDA device is available")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    with FolderLock(out, "reproduce"):  # a second process on the folder gets one line
+        return _reproduce_locked(preset, out, ctx, choice, device, dtype, skip, progress, report)
+
+
+def _reproduce_locked(preset, out: Path, ctx: Context, choice, device, dtype, skip, progress, report) -> dict:
     config = {
         "preset": json.loads(json.dumps(asdict(preset))),
-        "llm": asdict(choice) if choice else None,
+        "llm": choice.public() if choice else None,
         "device": device,
         "dtype": dtype,
     }
     config_path = out / "config.json"
     if config_path.exists():
-        old = json.loads(config_path.read_text())
+        old = read_state_json(config_path, "the run's configuration")
         if old.get("preset") != config["preset"]:
             raise UsageError(f"{out} holds a run of another preset; choose a new --out")
         for key in ("llm", "device", "dtype"):
@@ -297,7 +378,7 @@ def reproduce(
             if old.get(key) is not None and config[key] is not None and old[key] != config[key]:
                 raise UsageError(f"{out} was run with {key} {old[key]}; resume with the same, or choose a new --out")
             config[key] = old.get(key) if config[key] is None else config[key]
-    config_path.write_text(json.dumps(config, indent=2))
+    _write_json(config_path, config)
 
     stages: dict[str, dict] = {}
     names = [n for n in STAGES if n not in skip]
@@ -308,13 +389,16 @@ def reproduce(
         stage_dir = out / name
         done = stage_dir / "done.json"
         if done.exists():
-            stages[name] = {**json.loads(done.read_text()), "already_done": True}
+            saved = read_state_json(done, f"the {name} stage's summary")
+            if not isinstance(saved.get("wall_s"), (int, float)):  # written last: its absence means damage
+                raise UsageError(f"{done} is damaged (no wall_s): delete it to run the {name} stage again (it resumes)")
+            stages[name] = {**saved, "already_done": True}
             continue
         stage_dir.mkdir(exist_ok=True)
         t0 = time.perf_counter()
         result = STAGES[name](preset, stage_dir, ctx)
         result["wall_s"] = round(time.perf_counter() - t0, 3)
-        done.write_text(json.dumps(result, indent=2))
+        _write_json(done, result)
         stages[name] = result
     if progress:
         progress("stages", len(names), len(names))
@@ -324,7 +408,7 @@ def reproduce(
         "skipped_stages": list(skip),
         "wall_s_this_invocation": round(time.perf_counter() - started, 3),
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    _write_json(out / "summary.json", summary)
     if report:
         from stackedheads.report import write_report
 

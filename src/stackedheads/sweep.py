@@ -8,10 +8,15 @@ or skips it), so an executor may run them in any order, anywhere that sees the o
 for the paper preset, then writes ``summary.csv`` (one row per run), Figure 4 and the claims
 of Section 7.2:
 
+* C0: IC learns: at the largest layer count every position is learned (Figure 4 left);
 * C1: every non-IC run ends above 0.7;
-* C2: in every IC run the partial losses cross 0.5 in the order x1, x2, ..., xD;
+* C2: in every IC run the partial losses cross 0.5 strictly in the order x1, x2, ..., xD;
 * C3: the layers needed per chain position grow with the position (beside the causal
   minimum of the information-flow model, :mod:`stackedheads.theory`).
+
+Each claim gets PASS (positive evidence), FAIL (evidence against), INCONCLUSIVE (the sweep
+cannot decide, and says what is missing) or NOT RUN. :func:`folder_claims` re-evaluates them
+from a sweep folder's files without training.
 """
 
 from __future__ import annotations
@@ -23,13 +28,21 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from stackedheads import presets, theory
+from stackedheads.claims import FAIL, INCONCLUSIVE, NOT_RUN, PASS, order_of
 from stackedheads.errors import UsageError
 from stackedheads.executors import Executor, Job, LocalExecutor, run_dir
 from stackedheads.plots import save_figure
+from stackedheads.storage import FolderLock, atomic_write_json, atomic_write_text, read_state_json
 from stackedheads.train import TrainConfig, read_metrics, run_is_complete
 
 CROSS = 0.5  # C2's threshold on a partial loss (Section 7.2), for the paper's N = 4 chains
 NON_IC_FLOOR = 0.7  # C1's threshold (Section 7.2), for N = 4
+# C0's "far below": the IC loss at the largest layer count is at most this fraction of the
+# non-IC one (Figure 4 left shows IC near 0 and non-IC above 0.7: a factor of more than 10).
+C0_MARGIN = 0.5
+# C2 counts only runs where at least two positions cross; this many such runs are needed
+# before "100% in order" means anything (the paper has 64 IC runs).
+C2_MIN_DECIDED = 2
 
 
 def plateau_scaled(paper_value: float, chains: int) -> float:
@@ -79,11 +92,31 @@ class Figure4Spec:
         d["base"] = self.base.to_dict()
         return d
 
+    @classmethod
+    def from_dict(cls, d: dict) -> Figure4Spec:
+        try:
+            return cls(d["preset"], TrainConfig.from_dict(d["base"]), int(d["ic_depth"]), int(d["non_ic_depth"]),
+                       tuple(_int(x) for x in d["layers"]), tuple(_int(x) for x in d["seeds"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise UsageError(f"not a Figure 4 sweep specification: {e}") from None
+
+
+def _int(x: object) -> int:
+    """An integer read from sweep.json (layers name run folders: nothing else may pass)."""
+    if type(x) is not int:
+        raise ValueError(f"expected an integer, got {str(x)[:40]!r}")
+    return x
+
+
+# C2 needs crossings one evaluation apart to order them (two in one interval are a tie): the
+# presets' eval intervals (paper 100 of 10k steps, quick 50 of 2k) are refined to 25 steps,
+# 0.25% of the paper's run, for the sweep.
+C2_EVAL_EVERY = 25
 
 FIGURE4 = {
-    "paper": Figure4Spec("paper", presets.PAPER, 5, 3, tuple(range(1, 9)), tuple(range(8))),
+    "paper": Figure4Spec("paper", replace(presets.PAPER, eval_every=C2_EVAL_EVERY), 5, 3, tuple(range(1, 9)), tuple(range(8))),
     # IC at D=2 needs 2 layers for x1 and 3 for x2 (causal theory): layers 1-3 show both steps.
-    "quick": Figure4Spec("quick", presets.QUICK, 2, 3, (1, 2, 3), (0, 1)),
+    "quick": Figure4Spec("quick", replace(presets.QUICK, eval_every=C2_EVAL_EVERY), 2, 3, (1, 2, 3), (0, 1)),
     "smoke": Figure4Spec("smoke", presets.SMOKE, 2, 2, (1, 2), (0, 1)),
 }
 
@@ -116,7 +149,7 @@ def collect(jobs: Sequence[Job], out: Path) -> list[dict]:
     rows = []
     for job in jobs:
         folder = run_dir(Path(out), job)
-        summary = json.loads((folder / "summary.json").read_text())
+        summary = read_state_json(folder / "summary.json", f"summary of run {job.name}")
         metrics = read_metrics(folder)
         cfg = job.config
         for seed in cfg.seeds:
@@ -131,6 +164,7 @@ def collect(jobs: Sequence[Job], out: Path) -> list[dict]:
                     "layers": cfg.n_layers,
                     "seed": seed,
                     "final_val_loss": s["final_val_loss"],
+                    "eval_every": cfg.eval_every,
                     **{f"final_{k}": v for k, v in parts.items()},
                     **{f"cross_{k}": v for k, v in cross.items()},
                     "run": job.name,
@@ -143,79 +177,149 @@ def write_summary_csv(rows: list[dict], path: Path) -> None:
     columns: list[str] = []
     for r in rows:
         columns += [k for k in r if k not in columns]
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=columns)
-        w.writeheader()
-        w.writerows(rows)
+    import io
+
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=columns)
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_text(path, buf.getvalue())
 
 
 def claims(rows: list[dict]) -> dict:
     """The claims of Section 7.2 checked on a sweep's rows (thresholds scaled to N, see
-    :func:`plateau_scaled`)."""
+    :func:`plateau_scaled`). Each claim has a ``verdict`` (PASS, FAIL, INCONCLUSIVE, NOT RUN)
+    and a ``measured`` sentence stating the threshold and the paper's number."""
     non_ic = [r for r in rows if r["formulation"] == "non-ic"]
     ic = [r for r in rows if r["formulation"] == "ic"]
+    c0, c1 = _c0(ic, non_ic), _c1(non_ic)
+    if c1["verdict"] == PASS and c0.get("unlearned"):
+        # Non-IC failing where IC fails too says nothing about the curriculum (Sec. 7.2 contrasts them).
+        c1["verdict"] = INCONCLUSIVE
+        c1["measured"] += (f"; but IC does not learn either ({', '.join(c0['unlearned'])} unlearned at L = {c0['layers']}, "
+                           "see C0): train longer so that IC learns")
+    return {"C0": c0, "C1": c1, "C2": _c2(ic), "C3": _c3(ic)}
+
+
+def _c0(ic: list[dict], non_ic: list[dict]) -> dict:
+    """Figure 4 left: IC learns. At the largest layer count every position of every seed is
+    below the crossing threshold, and the IC loss is at most ``C0_MARGIN`` times the non-IC one."""
+    claim = "IC learns: at the largest layer count every x_j is learned in every seed, far below non-IC"
+    if not ic:
+        return {"claim": claim, "verdict": NOT_RUN, "measured": "no IC runs"}
+    top = max(r["layers"] for r in ic)
+    depth, chains = ic[0]["depth"], ic[0]["chains"]
+    thr = cross_threshold(chains)
+    at_top = [r for r in ic if r["layers"] == top]
+    unlearned = sorted(
+        {f"x{j}" for r in at_top for j in range(1, depth + 1) if not r[f"final_val_x{j}"] < thr}, key=lambda x: int(x[1:])
+    )
+    ic_loss = _mean([r["final_val_loss"] for r in at_top])
+    non_top = [r for r in non_ic if r["layers"] == max((n["layers"] for n in non_ic), default=0)]
+    non_loss = _mean([r["final_val_loss"] for r in non_top]) if non_top else None
+    measured = (
+        f"L = {top} (D = {depth}): {len(at_top)} seeds, positions not below {thr:.3g} in some seed: "
+        f"{', '.join(unlearned) or 'none'}; mean IC final loss {ic_loss:.3f}"
+        + (f" vs non-IC {non_loss:.3f} (L = {non_top[0]['layers']}; PASS needs IC <= {C0_MARGIN} x non-IC)" if non_loss is not None else "; no non-IC runs to compare")
+        + " (paper, Fig. 4 left: IC near 0, non-IC above 0.7)"
+    )
+    if unlearned:
+        verdict = FAIL
+    elif non_loss is None:
+        verdict = INCONCLUSIVE
+    else:
+        verdict = PASS if ic_loss <= C0_MARGIN * non_loss else FAIL
+    return {"claim": claim, "verdict": verdict, "measured": measured, "layers": top, "unlearned": unlearned,
+            "ic_final_val_loss": ic_loss, "non_ic_final_val_loss": non_loss, "margin": C0_MARGIN, "threshold": thr}
+
+
+def _c1(non_ic: list[dict]) -> dict:
+    depths = sorted({r["depth"] for r in non_ic})
     floors = sorted({round(non_ic_floor(r["chains"]), 4) for r in non_ic}) or [NON_IC_FLOOR]
-    c1_fail = [f"{r['run']}/seed{r['seed']}" for r in non_ic if not r["final_val_loss"] > non_ic_floor(r["chains"])]
-    c1 = {
-        "claim": f"every non-IC run ends above {' / '.join(map(str, floors))}"
-        + ("" if floors == [NON_IC_FLOOR] else f" (the paper's {NON_IC_FLOOR} scaled to the 1 - 1/N plateau)"),
-        "threshold": floors,
-        "runs": len(non_ic),
-        "failing": c1_fail,
-        "min_final_val_loss": min((r["final_val_loss"] for r in non_ic), default=None),
-        "pass": bool(non_ic) and not c1_fail,
+    shown = " / ".join(map(str, floors))
+    claim = f"every non-IC run at D = {', '.join(map(str, depths)) or '?'} ends above {shown}" + (
+        "" if floors == [NON_IC_FLOOR] else f" (the paper's {NON_IC_FLOOR} scaled to the 1 - 1/N plateau)"
+    )
+    if not non_ic:
+        return {"claim": claim, "verdict": NOT_RUN, "measured": "no non-IC runs", "runs": 0, "failing": [],
+                "min_final_val_loss": None, "threshold": floors}
+    failing = [f"{r['run']}/seed{r['seed']}" for r in non_ic if not r["final_val_loss"] > non_ic_floor(r["chains"])]
+    low = min(r["final_val_loss"] for r in non_ic)
+    return {
+        "claim": claim, "threshold": floors, "runs": len(non_ic), "failing": failing, "min_final_val_loss": low,
+        "verdict": FAIL if failing else PASS,
+        "measured": f"{len(non_ic) - len(failing)} of {len(non_ic)} non-IC runs above {shown} (paper: 100% above 0.7); "
+        f"lowest final loss {low:.3f}" + (f"; below: {', '.join(failing)}" if failing else ""),
     }
 
-    in_order, out_of_order, never, silent = [], [], [], []
-    for r in ic:
-        steps = [r[f"cross_val_x{j}"] for j in range(1, r["depth"] + 1)]
-        name = f"{r['run']}/seed{r['seed']}"
-        # "Never" counts as after every step: x_j may not cross while a position before it
-        # never does, and crossings must be non-decreasing in j (one evaluation may see several).
-        as_steps = [float("inf") if s is None else s for s in steps]
-        if None in steps:
-            never.append(name)
-        if all(s is None for s in steps):
-            silent.append(name)  # no evidence either way (e.g. too few layers to learn x1)
-        elif as_steps == sorted(as_steps):
-            in_order.append(name)
-        else:
-            out_of_order.append(name)
+
+def _c2(ic: list[dict]) -> dict:
     thresholds = sorted({round(cross_threshold(r["chains"]), 4) for r in ic}) or [CROSS]
     shown = " / ".join(map(str, thresholds))
-    c2 = {
-        "claim": f"in every IC run the partial losses cross {shown} in the order x1..xD",
-        "threshold": thresholds,
-        "runs": len(ic),
-        "in_order": in_order,
-        "out_of_order": out_of_order,
-        "some_position_never_crosses": never,
-        "no_position_crosses": silent,
-        "pass": bool(in_order) and not out_of_order,
+    claim = f"in every IC run the partial losses cross {shown} strictly in the order x1, x2, ..."
+    groups: dict[str, list[str]] = {"in order": [], "out of order": [], "tie": [], "undecided": []}
+    for r in ic:
+        groups[order_of([r[f"cross_val_x{j}"] for j in range(1, r["depth"] + 1)])].append(f"{r['run']}/seed{r['seed']}")
+    decided = len(groups["in order"]) + len(groups["out of order"])
+    intervals = sorted({r.get("eval_every") for r in ic if r.get("eval_every")})
+    measured = (
+        f"{len(groups['in order'])} of {decided} decided runs in order (PASS needs 100% of at least "
+        f"{C2_MIN_DECIDED}; paper: 100% of 64); {len(groups['tie'])} ties (two positions crossing within one "
+        f"evaluation interval of {', '.join(map(str, intervals)) or '?'} steps); {len(groups['undecided'])} runs with "
+        f"fewer than two positions crossing (of {len(ic)})"
+        + (f"; out of order: {', '.join(groups['out of order'])}" if groups["out of order"] else "")
+    )
+    if not ic:
+        verdict = NOT_RUN
+    elif groups["out of order"]:
+        verdict = FAIL
+    elif decided >= C2_MIN_DECIDED:
+        verdict = PASS
+    else:
+        verdict = INCONCLUSIVE
+        measured += f"; too few decided runs: train longer or use more layers so that x2.. cross"
+    return {
+        "claim": claim, "threshold": thresholds, "runs": len(ic), "verdict": verdict, "measured": measured,
+        "in_order": groups["in order"], "out_of_order": groups["out of order"], "ties": groups["tie"],
+        "undecided": groups["undecided"], "decided": decided, "min_decided": C2_MIN_DECIDED,
+        "fraction_in_order": len(groups["in order"]) / decided if decided else None,
     }
 
+
+def _c3(ic: list[dict]) -> dict:
+    claim = "later chain positions need more layers (at least as many as the one before, more at least once)"
+    if not ic:
+        return {"claim": claim, "verdict": NOT_RUN, "measured": "no IC runs"}
+    depth, chains = ic[0]["depth"], ic[0]["chains"]
+    thr = cross_threshold(chains)
+    layers = sorted({r["layers"] for r in ic})
     needed: dict[str, int | None] = {}
-    if ic:
-        depth = ic[0]["depth"]
-        layers = sorted({r["layers"] for r in ic})
-        for j in range(1, depth + 1):
-            key = f"final_val_x{j}"
-            ok = [L for L in layers if _mean([r[key] for r in ic if r["layers"] == L]) < cross_threshold(ic[0]["chains"])]
-            needed[f"x{j}"] = min(ok) if ok else None
-        # "Never, within the layers tried" counts as more layers than any tried.
-        inf = [float("inf") if v is None else v for v in needed.values()]
-        grows = inf[0] != float("inf") and inf == sorted(inf) and inf[-1] > inf[0]
-        causal = theory.min_layers_per_position(depth, causal=True)
-        c3 = {
-            "claim": "the layers needed per chain position grow with the position",
-            "threshold": thresholds,
-            "layers_needed": needed,
-            "theory_causal_min_layers": {f"x{j}": v for j, v in enumerate(causal, start=1)},
-            "pass": grows,
-        }
+    for j in range(1, depth + 1):
+        key = f"final_val_x{j}"
+        ok = [L for L in layers if _mean([r[key] for r in ic if r["layers"] == L]) < thr]
+        needed[f"x{j}"] = min(ok) if ok else None
+    causal = {f"x{j}": v for j, v in enumerate(theory.min_layers_per_position(depth, causal=True), start=1)}
+    vals = list(needed.values())
+    never = [k for k, v in needed.items() if v is None]
+    reached = [v for v in vals if v is not None]
+    # Evidence against: a later position needing fewer layers, or x_k reached while x_j (j < k) never is.
+    decreases = any(a > b for a, b in zip(reached, reached[1:])) or any(
+        vals[i] is None and any(v is not None for v in vals[i + 1:]) for i in range(len(vals))
+    )
+    shown = ", ".join(f"{k} {'never' if v is None else v}" for k, v in needed.items())
+    measured = (
+        f"layers needed for a mean partial loss below {thr:.3g} (layers tried {layers[0]}..{layers[-1]}): {shown}; "
+        f"causal theory {', '.join(f'{k} {v}' for k, v in causal.items())} (paper, Fig. 4 right: later positions need more)"
+    )
+    if decreases:
+        verdict = FAIL
+    elif never:
+        verdict = INCONCLUSIVE
+        measured += f"; {', '.join(never)} never learned within {layers[-1]} layers: train longer or use more layers"
     else:
-        c3 = {"claim": "the layers needed per chain position grow with the position", "pass": False}
-    return {"C1": c1, "C2": c2, "C3": c3}
+        verdict = PASS if vals[-1] > vals[0] else FAIL
+    return {"claim": claim, "threshold": [round(thr, 4)], "layers_needed": needed,
+            "theory_causal_min_layers": causal, "verdict": verdict, "measured": measured}
 
 
 def _mean(xs: list[float]) -> float:
@@ -268,11 +372,15 @@ def run_figure4(spec: Figure4Spec, out: str | Path, executor: Executor | None = 
     ``on_done(job, finished, total)`` is called as each remaining job finishes.
     """
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    with FolderLock(out, "figure4 sweep"):  # a second process on the folder gets one line
+        return _run_figure4_locked(spec, out, executor, on_done)
+
+
+def _run_figure4_locked(spec: Figure4Spec, out: Path, executor: Executor | None, on_done) -> dict:
     spec_path = out / "sweep.json"
-    if spec_path.exists() and json.loads(spec_path.read_text()) != json.loads(json.dumps(spec.to_dict())):
+    if spec_path.exists() and read_state_json(spec_path, "the sweep's specification") != json.loads(json.dumps(spec.to_dict())):
         raise UsageError(f"{out} holds a sweep with another specification; choose a new --out")
-    spec_path.write_text(json.dumps(spec.to_dict(), indent=2))
+    atomic_write_json(spec_path, spec.to_dict())
     jobs = spec.jobs()
     todo = [j for j in jobs if not run_is_complete(run_dir(out, j))]
     finished = [0]
@@ -286,32 +394,25 @@ def run_figure4(spec: Figure4Spec, out: str | Path, executor: Executor | None = 
     rows = collect(jobs, out)
     write_summary_csv(rows, out / "summary.csv")
     result = claims(rows)
-    (out / "claims.json").write_text(json.dumps(result, indent=2))
+    atomic_write_json(out / "claims.json", result)
     plot_figure4(rows, out)
     return result
 
 
 def claims_table(result: dict):
-    """The claims as a rich table (PASS / FAIL with the evidence in one line each)."""
-    from rich.table import Table
+    """The claims as a rich table: verdict and the evidence (threshold, paper's number) each."""
+    from stackedheads.claims import claims_table as table
+    from stackedheads.claims import figure4_claims
 
-    t = Table(title="Claims of Section 7.2")
-    for col in ("claim", "result", "evidence"):
-        t.add_column(col)
-    c1, c2, c3 = result["C1"], result["C2"], result["C3"]
-    low = c1["min_final_val_loss"]
-    t.add_row("C1 " + c1["claim"], _verdict(c1), f"{c1['runs']} runs, lowest {low:.3f}" if low is not None else "no runs")
-    t.add_row(
-        "C2 " + c2["claim"], _verdict(c2),
-        f"{len(c2['in_order'])} in order, {len(c2['out_of_order'])} out of order, "
-        f"{len(c2['no_position_crosses'])} with no crossing (of {c2['runs']})",
-    )
-    t.add_row(
-        "C3 " + c3["claim"], _verdict(c3),
-        f"layers needed {c3.get('layers_needed')}; causal theory {c3.get('theory_causal_min_layers')}",
-    )
-    return t
+    return table(figure4_claims(result), "Claims of Section 7.2 (Figure 4)")
 
 
-def _verdict(claim: dict) -> str:
-    return "PASS" if claim["pass"] else "FAIL"
+def folder_claims(out: str | Path) -> dict:
+    """The Section 7 claims re-evaluated from a sweep folder's files (``sweep.json``, the run
+    folders' ``summary.json`` and ``metrics.csv``), without training. Unfinished runs are left out."""
+    out = Path(out)
+    spec = Figure4Spec.from_dict(read_state_json(out / "sweep.json", "a Figure 4 sweep specification"))
+    jobs = [j for j in spec.jobs() if run_is_complete(run_dir(out, j))]
+    result = claims(collect(jobs, out))
+    result["unfinished_runs"] = [j.name for j in spec.jobs() if j not in jobs]
+    return result

@@ -5,9 +5,15 @@ A circuit lists, per layer and head, what replaces the head's attention: ``unifo
 a rule from :mod:`.rules`, ``uniform`` or ``kept`` (rows no rule explains). It also lists the paths each useful
 head carries: ``(src, dst)`` meaning "tokens ``s_src`` attend to ``s_dst`` of their own chain".
 
-* Combined ablation (step 5): every head replaced at once; the validation MSE must stay low.
-* Per-path ablation (step 6): on top of the combined ablation, one path's rows are made
-  uniform; a necessary path raises the loss.
+* Combined ablation (step 5): every head replaced at once, rows no rule explains (``kept``)
+  included: they are made uniform (``strict``), so the check hides nothing. The validation MSE
+  of every chain position must stay within its budget.
+* Per-path ablation (step 6): on top of the combined ablation (kept rows left to the head),
+  one path's rows, or a redundant group's, are made uniform; a necessary path raises the loss.
+
+A path's ``dst`` is an s-index of the source token's own chain, or :data:`SINK` (-1) for the
+first position of the sequence (``first-token`` rule, an attention sink): attending there
+copies a real token, so it is a path like any other until its removal is shown to be harmless.
 """
 
 from __future__ import annotations
@@ -34,10 +40,13 @@ from stackedheads.model import EnsembleTransformer
 from stackedheads.tasks.vectors import Batch, Meta, VectorTaskConfig
 
 
+SINK = -1  # a path's dst: sequence position 0 (the first-token rule), not a chain position
+
+
 def path_key(path: tuple[int, int, int, int]) -> str:
-    """``(layer, head, src, dst)`` as text: ``L3.0 s2->s4``."""
+    """``(layer, head, src, dst)`` as text: ``L3.0 s2->s4`` (``s2->p0`` for the first position)."""
     layer, head, src, dst = path
-    return f"L{layer}.{head} s{src}->s{dst}"
+    return f"L{layer}.{head} s{src}->" + ("p0" if dst == SINK else f"s{dst}")
 
 
 @dataclass
@@ -98,46 +107,116 @@ class Circuit:
 
     @classmethod
     def from_dict(cls, d: dict) -> Circuit:
+        check_circuit_dict(d)
         return cls(int(d["depth"]), [HeadSpec.from_dict(h) for h in d["heads"]], d.get("info", {}))
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2))
+        from stackedheads.storage import atomic_write_json
+
+        atomic_write_json(path, self.to_dict())
 
     @classmethod
     def load(cls, path: str | Path) -> Circuit:
         p = Path(path)
         if not p.exists():
             raise UsageError(f"no circuit file {p}")
+        if p.is_dir():
+            raise UsageError(f"{p} is a folder, not a circuit file")
         try:
             return cls.from_dict(json.loads(p.read_text()))
         except (KeyError, ValueError, TypeError) as e:
             raise UsageError(f"{p} is not a circuit file: {e}") from None
 
 
+def check_circuit_dict(d: object) -> None:
+    """circuit.json's schema, checked on load: a hand-edited file with an unknown rule, a bad
+    kind or a path index outside ``0..2D`` (``dst`` may be SINK) fails in one line instead of
+    measuring the wrong positions (a negative index would silently count from the end)."""
+
+    def bad(msg: str) -> None:
+        raise UsageError(msg)
+
+    def is_int(x: object) -> bool:
+        return type(x) is int  # not bool, not float
+
+    if not isinstance(d, dict):
+        bad("expected a JSON object with depth, heads and info")
+    depth = d.get("depth")
+    if not is_int(depth) or not 1 <= depth <= 1000:
+        bad(f"depth must be an integer >= 1, got {str(depth)[:40]!r}")
+    heads = d.get("heads")
+    if not isinstance(heads, list) or not heads:
+        bad("heads must be a non-empty list")
+    if not isinstance(d.get("info", {}), dict):
+        bad("info must be an object")
+    names = set(library(depth)) | {UNIFORM, KEPT}
+    top = 2 * depth
+    for i, h in enumerate(heads):
+        if not isinstance(h, dict):
+            bad(f"heads[{i}] must be an object")
+        layer, head = h.get("layer"), h.get("head")
+        if not (is_int(layer) and is_int(head) and layer >= 0 and head >= 0):
+            bad(f"heads[{i}]: layer and head must be integers >= 0")
+        where = f"head {layer}.{head}"
+        rules = h.get("rules")
+        if isinstance(rules, str):
+            if rules not in (UNIFORM, IDENTITY, KEPT):
+                bad(f"{where}: unknown kind {rules[:40]!r}; use {UNIFORM}, {IDENTITY}, {KEPT} or rules per role")
+        elif isinstance(rules, dict):
+            if set(rules) != set(ROLES):
+                bad(f"head {layer}.{head}: rules must name every role {sorted(ROLES)}")
+            for role, name in rules.items():
+                if name not in names:
+                    bad(f"{where}: unknown rule {str(name)[:40]!r} for role {role}")
+        else:
+            bad(f"{where}: rules must be a kind ({UNIFORM}, {IDENTITY}, {KEPT}) or an object of rules per role")
+        paths = h.get("paths", [])
+        if not isinstance(paths, list):
+            bad(f"{where}: paths must be a list of [src, dst]")
+        for path in paths:
+            if not (isinstance(path, list) and len(path) == 2 and all(is_int(x) for x in path)):
+                bad(f"{where}: a path must be [src, dst] integers, got {str(path)[:40]}")
+            src, dst = path
+            if not 0 <= src <= top or not (dst == SINK or 0 <= dst <= top):
+                bad(f"{where}: path {path} is out of range (s-indices 0..{top}; dst {SINK} for the first position)")
+
+
 Replacement = tuple[torch.Tensor, torch.Tensor]  # pattern (B, T, T), rows replaced (B, T)
 
 
-def replaced_patterns(circuit: Circuit, meta: Meta, remove: tuple[int, int, int] | None = None) -> dict[int, dict[int, Replacement]]:
+Removal = tuple[int, int, int]  # (layer, head, src): that head's rows of tokens s_src
+
+
+def replaced_patterns(
+    circuit: Circuit, meta: Meta, remove: Removal | Sequence[Removal] | None = None, strict: bool = False
+) -> dict[int, dict[int, Replacement]]:
     """``{layer: {head: (pattern, rows)}}`` for every head the circuit replaces, on ``meta``.
 
-    ``remove = (layer, head, src)`` also makes the rows of tokens ``s_src`` of that head
-    uniform: the per-path ablation of step 6.
+    ``remove = (layer, head, src)`` (or a list of them) also makes the rows of tokens ``s_src``
+    of that head uniform: the per-path ablation of step 6. ``strict`` makes ``kept`` rows
+    uniform too: the combined ablation with nothing left unexplained (step 5).
     """
     B, T = meta.role.shape
     lib = library(circuit.depth)
     every_row = torch.ones(B, T, dtype=torch.bool)
+    if remove is not None and len(remove) == 3 and isinstance(remove[0], int):
+        remove = [remove]
+    removals = [tuple(r) for r in (remove or [])]
     out: dict[int, dict[int, Replacement]] = {}
     for h in circuit.heads:
-        if h.kind == UNIFORM:
+        if h.kind == UNIFORM or (h.kind == KEPT and strict):
             pat, rows = uniform_causal(B, T), every_row
         elif h.kind == IDENTITY:
             pat, rows = torch.eye(T).expand(B, T, T), every_row
         elif h.kind == KEPT:
             pat, rows = torch.zeros(B, T, T), ~every_row
         else:
-            pat, rows = head_pattern(h.rules, meta, lib)
-        if remove is not None and remove[:2] == (h.layer, h.head):
-            gone = s_index(meta) == remove[2]
+            rules = {r: (UNIFORM if strict and n == KEPT else n) for r, n in h.rules.items()}
+            pat, rows = head_pattern(rules, meta, lib)
+        for layer, head, src in removals:
+            if (layer, head) != (h.layer, h.head):
+                continue
+            gone = s_index(meta) == src
             pat = torch.where(gone[..., None], uniform_causal(B, T), pat)
             rows = rows | gone
         if rows.any():
@@ -187,13 +266,24 @@ class LossRow:
         return asdict(self)
 
 
+COMBINED, COMBINED_KEPT = "combined", "combined, unexplained rows kept"
+
+
 def loss_table(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, circuit: Circuit) -> list[LossRow]:
-    """Appendix E steps 5 and 6: no ablation, the combined ablation, then each useful path removed."""
+    """Appendix E steps 5 and 6: no ablation; the combined ablation (every row replaced,
+    unexplained rows uniform); with unexplained rows, the same leaving them to the head; then
+    each useful path removed, and each redundant group removed together."""
     rows = [LossRow("none", *ablated_loss(model, batch, task))]
-    rows.append(LossRow("combined", *ablated_loss(model, batch, task, replaced_patterns(circuit, batch.meta))))
+    rows.append(LossRow(COMBINED, *ablated_loss(model, batch, task, replaced_patterns(circuit, batch.meta, strict=True))))
+    if circuit.kept():
+        rows.append(LossRow(COMBINED_KEPT, *ablated_loss(model, batch, task, replaced_patterns(circuit, batch.meta))))
     for path in circuit.paths():
         pats = replaced_patterns(circuit, batch.meta, remove=path[:3])
         rows.append(LossRow("-" + path_key(path), *ablated_loss(model, batch, task, pats)))
+    by_key = {path_key(p): p for p in circuit.paths()}
+    for group in circuit.info.get("redundant_groups", []):
+        pats = replaced_patterns(circuit, batch.meta, remove=[by_key[k][:3] for k in group if k in by_key])
+        rows.append(LossRow("-(" + " + ".join(group) + ")", *ablated_loss(model, batch, task, pats)))
     return rows
 
 

@@ -1,37 +1,62 @@
 """Automatic circuit discovery: Appendix E's manual procedure as a greedy search.
 
-For each head, in layer order, the simplest replacement that keeps the validation loss under
-the threshold wins (Appendix E step 3):
+The validation sequences are split in two: the search uses the first half, every reported loss
+(the combined ablation of step 5, the per-path ablations of step 6) the second, held out, so a
+circuit that only fits the sequences it was searched on fails its validation.
 
-1. uniform attention, then the identity, for the whole head (no useful computation);
-2. otherwise each token role (first / second / query) separately: uniform, identity, the first
-   token (an attention sink), then the rules of :mod:`.rules` that best fit the head's observed
-   attention for that role (the most attention mass on the rule's target), best first.
+For each head, in layer order (Appendix E steps 2-3):
 
-Replacements accumulate: each is tested with every earlier one in place, so the final circuit
-passes the combined ablation (step 5) by construction. Rows that no candidate explains keep the
-head's own attention and are reported as unexplained. Then every path of every rule head is removed
-on its own (step 6): a path whose removal pushes the loss over the threshold is useful. Rule
-heads without a useful path are simplified to uniform when the combined loss allows it.
+1. a head whose observed attention follows no rule (no rule other than the identity catches
+   ``min_mass`` of a role's attention) is tried whole as uniform attention, then the identity
+   (no useful computation);
+2. otherwise each token role (first / second / query) gets the rule that best fits its observed
+   attention (the most attention mass on the rule's target), then uniform, then the identity,
+   the first that keeps the loss within budget. The best fit comes first so that two heads doing
+   the same job both keep their rule: were the simpler "uniform" tried first, the first of two
+   redundant heads would be replaced because the second still does the job.
 
-The threshold is the unablated loss plus ``tolerance`` (Appendix E: 0.05, for models whose loss
-is under 0.01), or an absolute ``threshold``.
+A replacement is accepted only when the partial loss of *every* chain position stays within its
+budget (not only their mean). Rows no candidate explains keep the head's own attention
+(``kept``); a second pass retries them with every rule of the library. Kept rows count as useful
+computation, and the combined ablation that validates the circuit makes them uniform.
+
+Paths (step 6): every ``(src, dst)`` a rule head carries is removed alone (rows ``s_src`` made
+uniform); a path whose removal pushes some position over budget is useful. The others are then
+tested in pairs, and all together: paths whose *joint* removal breaks the loss are all useful
+and are reported as a redundant group (Section 9.2: layers 14 and 21 both retrieve B). Roles
+that carry no useful path are simplified to uniform (or the identity) where the budget allows,
+and the paths are recomputed on the simplified circuit.
+
+``first-token`` (all attention on position 0, an attention sink) copies a real token into the
+stream, so it is a path like any other (``dst`` = :data:`~stackedheads.circuits.ablate.SINK`),
+kept only when replacing it with uniform attention breaks the loss.
+
+Budgets: Appendix E's absolute threshold (validation loss below 0.05) applied to every chain
+position, or, with ``threshold=None``, each position's unablated loss plus ``tolerance`` (the CPU
+twins, whose losses are larger than the paper's; the report states which). A position whose
+unablated loss is already above the absolute threshold gets its own loss plus ``tolerance`` and
+is listed in ``model_over_budget``.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from itertools import combinations
 from pathlib import Path
 
 import torch
 
 from stackedheads import theory
 from stackedheads.circuits.ablate import (
+    COMBINED,
+    COMBINED_KEPT,
+    SINK,
     Circuit,
     HeadSpec,
     LossRow,
     ablated_loss,
     loss_table,
+    path_key,
     replaced_patterns,
 )
 from stackedheads.circuits.rules import (
@@ -48,19 +73,31 @@ from stackedheads.model import EnsembleTransformer
 from stackedheads.plots import save_figure
 from stackedheads.tasks.vectors import Batch, VectorTaskConfig
 
+FIRST_TOKEN = "first-token"
+MAX_PAIR_TESTS = 400  # pairs of non-necessary paths tested for redundancy (the rest: one joint group)
+
 
 @dataclass(frozen=True)
 class DiscoverConfig:
-    tolerance: float = 0.04  # loss budget over the unablated loss
-    threshold: float | None = None  # an absolute threshold instead
+    tolerance: float = 0.04  # per-position loss budget over the unablated loss
+    threshold: float | None = None  # Appendix E's absolute threshold (0.05) instead, per position
     min_mass: float = 0.4  # a rule must catch this much attention to be a candidate
-    n_val: int = 512  # validation sequences used for every ablation
+    n_val: int = 512  # validation sequences: the first half searches, the second validates
 
     def __post_init__(self) -> None:
-        if self.tolerance < 0 or (self.threshold is not None and self.threshold <= 0):
+        inf = float("inf")  # comparisons below also refuse nan
+        if not 0 <= self.tolerance < inf or (self.threshold is not None and not 0 < self.threshold < inf):
             raise UsageError("tolerance must be >= 0 and threshold > 0")
-        if not 0 < self.min_mass <= 1 or self.n_val < 1:
-            raise UsageError("min_mass must lie in (0, 1] and n_val be >= 1")
+        if not 0 < self.min_mass <= 1 or self.n_val < 2:
+            raise UsageError("min_mass must lie in (0, 1] and n_val be >= 2")
+
+    def budgets(self, partial: list[float]) -> tuple[list[float], list[str]]:
+        """Per-position loss budgets for unablated partial losses ``partial``, and the positions
+        whose own loss is already above the absolute threshold."""
+        if self.threshold is None:
+            return [p + self.tolerance for p in partial], []
+        over = [f"x{j}" for j, p in enumerate(partial, start=1) if p > self.threshold]
+        return [p + self.tolerance if p > self.threshold else self.threshold for p in partial], over
 
 
 def _simplicity(name: str) -> tuple:
@@ -73,22 +110,35 @@ def _simplicity(name: str) -> tuple:
     return (2, abs(d)) if d is not None else (3, name)
 
 
-def role_candidates(masses: dict[str, float], min_mass: float, top: int = 3) -> list[str]:
-    """Replacements to try for one role, simplest first, then the best-fitting rules."""
-    fixed = [UNIFORM, IDENTITY, "first-token"]
+def fitted_rules(masses: dict[str, float], min_mass: float = 0.0) -> list[str]:
+    """Rules of one role catching at least ``min_mass`` of its attention, best fit first."""
     ranked = sorted(masses.items(), key=lambda kv: (-round(kv[1], 3), _simplicity(kv[0])))
-    fits = [name for name, mass in ranked if mass >= min_mass and name not in fixed]
-    return fixed + fits[:top]
+    return [name for name, mass in ranked if mass >= min_mass]
+
+
+def role_candidates(masses: dict[str, float], min_mass: float, top: int = 3) -> list[str]:
+    """Replacements to try for one role: the best-fitting rules, then uniform and the identity."""
+    fits = [n for n in fitted_rules(masses, min_mass) if n != IDENTITY][:top]
+    return fits + [UNIFORM, IDENTITY]
+
+
+def role_sources(role: str, depth: int) -> list[int]:
+    """The ``s_i`` a token role holds: the query s_0, second tokens s_2k, first tokens s_2k+1."""
+    return {"query": [0], "second": list(range(2, 2 * depth + 1, 2)), "first": list(range(1, 2 * depth, 2))}[role]
 
 
 def candidate_paths(spec: HeadSpec, depth: int) -> list[tuple[int, int]]:
-    """``(src, dst)`` chain paths a rule head may carry: tokens ``s_src`` read ``s_dst``."""
+    """``(src, dst)`` paths a rule head may carry: tokens ``s_src`` read ``s_dst`` of their
+    chain, or position 0 (``dst`` = SINK) under the first-token rule."""
     if spec.kind != "rule":
         return []
     pos = theory.chain_order(depth)  # sequence position of each s_i within one chain
     out = []
     for role, name in spec.rules.items():
-        srcs = {"query": [0], "second": range(2, 2 * depth + 1, 2), "first": range(1, 2 * depth, 2)}[role]
+        srcs = role_sources(role, depth)
+        if name == FIRST_TOKEN:
+            out += [(i, SINK) for i in srcs]
+            continue
         d = -1 if (name == "previous" and role == "second") else hop_of(name)
         if d is None:
             continue  # identity, uniform, or previous off-chain
@@ -99,21 +149,51 @@ def candidate_paths(spec: HeadSpec, depth: int) -> list[tuple[int, int]]:
     return sorted(out)
 
 
+def split(batch: Batch) -> tuple[Batch, Batch]:
+    """(search, check): the first half of the sequences searches, the second validates."""
+    n = batch.inputs.shape[0]
+    if n < 2:
+        raise UsageError("circuit discovery needs at least 2 validation sequences")
+    return batch[: n // 2], batch[n // 2:]
+
+
 @dataclass
 class Discovery:
     circuit: Circuit
-    table: list[LossRow]
-    threshold: float
+    table: list[LossRow]  # on the held-out half
+    threshold: float  # the absolute threshold, or the mean of the per-position budgets
     unexplained: list[tuple[int, int, str]]  # (layer, head, role) left to the head's own attention
+    budgets: list[float]  # per chain position, on the held-out half
+    model_over_budget: list[str]  # positions whose unablated loss is above the absolute threshold
 
     def summary(self) -> dict:
-        useful = self.circuit.useful_heads()
+        c = self.circuit
+        rows = {r.ablation: r for r in self.table}
+        combined = rows[COMBINED]
+        over = [f"x{j}" for j, (p, b) in enumerate(zip(combined.partial, self.budgets, strict=True), start=1) if p > b]
+        with_paths = [[h.layer, h.head] for h in c.useful_heads()]
+        kept_heads = sorted({(l, h) for l, h, _ in self.unexplained})
+        useful = sorted({tuple(x) for x in with_paths} | set(kept_heads))
         return {
             "threshold": self.threshold,
-            "useful_heads": [[h.layer, h.head] for h in useful],
+            "threshold_kind": "relative" if c.info.get("config", {}).get("threshold") is None else "absolute",
+            "tolerance": c.info.get("tolerance"),
+            "budgets": self.budgets,
+            "model_over_budget": self.model_over_budget,
+            "unablated": {"loss": rows["none"].loss, "partial": rows["none"].partial},
+            "combined": {"loss": combined.loss, "partial": combined.partial},
+            "over_budget": over,
+            # Kept rows do computation no rule explains: they count as useful (A2, A5).
+            "useful_heads": [list(u) for u in useful],
             "n_useful_heads": len(useful),
-            "theory_min_heads": theory.min_layers(self.circuit.depth, causal=True),
+            "heads_with_paths": with_paths,
+            "theory_min_heads": theory.min_layers(c.depth, causal=True),
             "unexplained_heads": [list(x) for x in self.unexplained],
+            "paths": [list(p) for p in c.paths()],
+            "redundant_groups": c.info.get("redundant_groups", []),
+            "serves": c.info.get("serves", {}),
+            "n_search": c.info.get("n_search"),
+            "n_check": c.info.get("n_check"),
             "losses": [r.to_dict() for r in self.table],
         }
 
@@ -121,58 +201,129 @@ class Discovery:
 @torch.no_grad()
 def discover(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, cfg: DiscoverConfig = DiscoverConfig()) -> Discovery:
     """The circuit of one model (``model.member(e)``) on ``batch`` (validation sequences)."""
-    base, _ = ablated_loss(model, batch, task)
-    threshold = cfg.threshold if cfg.threshold is not None else base + cfg.tolerance
-    _, cache = model.run_with_cache(batch.inputs, batch.meta, names=model.pattern_names())
+    search, check = split(batch)
+    budget, _ = cfg.budgets(ablated_loss(model, search, task)[1])
+    _, cache = model.run_with_cache(search.inputs, search.meta, names=model.pattern_names())
     n_layers, n_heads = model.config.n_layers, model.config.n_heads
     circuit = Circuit(task.depth, [HeadSpec(l, h, KEPT) for l in range(n_layers) for h in range(n_heads)])
 
-    def loss_now() -> float:
-        return ablated_loss(model, batch, task, replaced_patterns(circuit, batch.meta))[0]
+    def fits(remove=None) -> bool:
+        """Every position within budget on the search half, kept rows left to the head."""
+        partial = ablated_loss(model, search, task, replaced_patterns(circuit, search.meta, remove=remove))[1]
+        return all(p <= b for p, b in zip(partial, budget, strict=True))
+
+    def assign(spec: HeadSpec, role: str, candidates: list[str]) -> None:
+        for candidate in candidates:
+            spec.rules[role] = candidate
+            if fits():
+                return
+        spec.rules[role] = KEPT
 
     lib = library(task.depth)
+    masses = {}
     for spec in circuit.heads:
         observed = cache[f"blocks.{spec.layer}.attn.hook_pattern"][0, :, spec.head]
-        masses = rule_mass(observed, batch.meta, lib)
-        for whole in (UNIFORM, IDENTITY):
-            spec.rules = whole
-            if loss_now() <= threshold:
-                break
-        else:
-            spec.rules = {role: KEPT for role in ROLES}
-            for role in ROLES:
-                for candidate in role_candidates(masses[role], cfg.min_mass):
-                    spec.rules[role] = candidate
-                    if loss_now() <= threshold:
-                        break
-                else:
-                    spec.rules[role] = KEPT
-            if set(spec.rules.values()) == {KEPT}:
+        masses[spec.layer, spec.head] = m = rule_mass(observed, search.meta, lib)
+        if not any(n != IDENTITY for role in ROLES for n in fitted_rules(m[role], cfg.min_mass)):
+            for whole in (UNIFORM, IDENTITY):
+                spec.rules = whole
+                if fits():
+                    break
+            else:
                 spec.rules = KEPT
-
+            if spec.rules != KEPT:
+                continue
+        spec.rules = {role: KEPT for role in ROLES}
+        for role in ROLES:
+            assign(spec, role, role_candidates(m[role], cfg.min_mass))
+        if set(spec.rules.values()) == {KEPT}:
+            spec.rules = KEPT
+    # Keep searching: rows left unexplained get every rule of the library, now that the heads
+    # after them are settled.
     for spec in circuit.heads:
-        for src, dst in candidate_paths(spec, task.depth):
-            removed = ablated_loss(model, batch, task, replaced_patterns(circuit, batch.meta, remove=(spec.layer, spec.head, src)))[0]
-            if removed > threshold:
-                spec.paths.append((src, dst))
-    for spec in circuit.heads:  # rule heads that carry nothing necessary: simpler is better
-        if spec.kind == "rule" and not spec.paths:
-            rules, spec.rules = spec.rules, UNIFORM
-            if loss_now() > threshold:
-                spec.rules = rules
-    table = loss_table(model, batch, task, circuit)
-    # Which chain positions each path serves: removing it raises their partial loss by more
-    # than the tolerance over the combined ablation. Relative, so that two redundant heads
-    # (each enough alone) both count. Emergence orders by this.
-    combined = table[1].partial
-    serves = {
-        r.ablation[1:]: [j for j, (p, c) in enumerate(zip(r.partial, combined, strict=True), start=1) if p - c > cfg.tolerance]
-        for r in table[2:]
-    }
+        roles = list(ROLES) if spec.kind == KEPT else [r for r, n in spec.rules.items() if n == KEPT] if spec.kind == "rule" else []
+        if not roles:
+            continue
+        if spec.kind == KEPT:
+            spec.rules = {role: KEPT for role in ROLES}
+        for role in roles:
+            assign(spec, role, [n for n in fitted_rules(masses[spec.layer, spec.head][role]) if n != IDENTITY] + [UNIFORM, IDENTITY])
+        if set(spec.rules.values()) == {KEPT}:
+            spec.rules = KEPT
+
+    groups = _useful_paths(circuit, fits)
+    # Simpler is better (App. E step 3): roles that carry no useful path become uniform, or the
+    # identity, where every position stays within budget; then the paths are found again.
+    for spec in circuit.heads:
+        if spec.kind != "rule":
+            continue
+        carried = {src for src, _ in spec.paths}
+        for role, name in list(spec.rules.items()):
+            if name in (UNIFORM, KEPT) or (set(role_sources(role, task.depth)) & carried):
+                continue
+            for simpler in (UNIFORM, IDENTITY):
+                if simpler == name:
+                    break
+                spec.rules[role] = simpler
+                if fits():
+                    break
+                spec.rules[role] = name
+        if set(spec.rules.values()) == {UNIFORM}:
+            spec.rules = UNIFORM
+    groups = _useful_paths(circuit, fits)
+    circuit.info["redundant_groups"] = [[path_key(p) for p in g] for g in groups]
+
+    table = loss_table(model, check, task, circuit)
+    check_budget, over = cfg.budgets(table[0].partial)
+    # Which chain positions each path serves: removing it (its group, for a redundant path)
+    # raises their partial loss by more than the tolerance over the combined ablation with kept
+    # rows left to the head. Emergence (Sec. 9) orders positions by this.
+    rows = {r.ablation: r for r in table}
+    base = rows.get(COMBINED_KEPT, rows[COMBINED]).partial
+
+    def raised(partial: list[float]) -> list[int]:
+        return [j for j, (p, c) in enumerate(zip(partial, base, strict=True), start=1) if p - c > cfg.tolerance]
+
+    serves = {path_key(p): raised(rows["-" + path_key(p)].partial) for p in circuit.paths()}
+    for g in circuit.info["redundant_groups"]:
+        joint = raised(rows["-(" + " + ".join(g) + ")"].partial)
+        for k in g:
+            serves[k] = joint
     circuit.info.update(
-        {"threshold": threshold, "tolerance": cfg.tolerance, "unablated_loss": base, "config": asdict(cfg), "serves": serves}
+        {
+            "threshold": cfg.threshold if cfg.threshold is not None else sum(check_budget) / len(check_budget),
+            "tolerance": cfg.tolerance, "unablated_loss": table[0].loss, "config": asdict(cfg), "serves": serves,
+            "budgets": check_budget, "n_search": int(search.inputs.shape[0]), "n_check": int(check.inputs.shape[0]),
+        }
     )
-    return Discovery(circuit, table, threshold, circuit.kept())
+    return Discovery(circuit, table, circuit.info["threshold"], circuit.kept(), check_budget, over)
+
+
+def _useful_paths(circuit: Circuit, fits) -> list[list[tuple[int, int, int, int]]]:
+    """Set each rule head's useful paths (step 6); return the redundant groups.
+
+    A path is useful alone when removing it breaks the budget. The rest are tested in pairs and
+    then all together: paths whose joint removal breaks it form a redundant group, all useful.
+    """
+    cands = [(s.layer, s.head, src, dst) for s in circuit.heads for src, dst in candidate_paths(s, circuit.depth)]
+    singles = [p for p in cands if not fits(remove=[p[:3]])]
+    rest = [p for p in cands if p not in singles]
+    groups: list[list[tuple[int, int, int, int]]] = []
+    if len(rest) >= 2 and not fits(remove=[p[:3] for p in rest]):
+        # Likely stand-ins first: the same (src, dst) in two heads, then the same src.
+        pairs = sorted(combinations(rest, 2), key=lambda ab: (ab[0][2:] != ab[1][2:], ab[0][2] != ab[1][2]))
+        grouped: set = set()
+        for a, b in pairs[:MAX_PAIR_TESTS]:
+            if a not in grouped and b not in grouped and not fits(remove=[a[:3], b[:3]]):
+                groups.append([a, b])
+                grouped |= {a, b}
+        left = [p for p in rest if p not in grouped]
+        if len(left) >= 2 and not fits(remove=[p[:3] for p in left]):
+            groups.append(left)
+    useful = set(singles) | {p for g in groups for p in g}
+    for s in circuit.heads:
+        s.paths = [(src, dst) for (l, h, src, dst) in cands if (l, h) == (s.layer, s.head) and (l, h, src, dst) in useful]
+    return groups
 
 
 def symbol_label(i: int) -> str:
@@ -185,7 +336,9 @@ def plot_circuit(circuit: Circuit, out: str | Path, title: str = "") -> list[str
     """Figure 5 style: one chain's positions in sequence order, one arrow per useful path.
 
     Arrows point the way information flows: from the attended position to the attending one,
-    labelled with the layer (``L0`` is the first, as in ``blocks.0``).
+    labelled with the layer (``L0`` is the first, as in ``blocks.0``). Paths of a redundant group
+    (useful only together) are dashed and labelled ``g1``, ``g2``...; ``p0`` is the sequence's
+    first position (first-token paths).
     """
     import matplotlib
 
@@ -201,28 +354,37 @@ def plot_circuit(circuit: Circuit, out: str | Path, title: str = "") -> list[str
         ax.text(x, 0, symbol_label(i), ha="center", va="center", fontsize=11, zorder=3)
         ax.text(x, -0.6, f"s{i}", ha="center", va="center", fontsize=7, color="grey")
     paths = circuit.paths()
+    group_of = {k: g for g, keys in enumerate(circuit.info.get("redundant_groups", []), start=1) for k in keys}
+    if any(p[3] == SINK for p in paths):
+        ax.add_patch(plt.Circle((-1.2, 0), 0.32, color="#eeeeee", zorder=2))
+        ax.text(-1.2, 0, "p0", ha="center", va="center", fontsize=10, zorder=3)
     colors = plt.get_cmap("tab10")
     layers = sorted({p[0] for p in paths})
     seen: dict[tuple[int, int], int] = {}
     heights = [0.9]
     for layer, head, src, dst in paths:
         k = seen[(src, dst)] = seen.get((src, dst), -1) + 1  # parallel paths: higher arcs
-        x0, x1 = pos[dst], pos[src]
+        x0, x1 = (-1.2 if dst == SINK else pos[dst]), pos[src]
         rad = (0.5 + 0.7 * k) * (-1 if x1 > x0 else 1)
         c = colors(layers.index(layer) % 10)
+        g = group_of.get(path_key((layer, head, src, dst)))
         ax.annotate(
             "", xy=(x1, 0.3), xytext=(x0, 0.3),
-            arrowprops=dict(arrowstyle="-|>", color=c, lw=1.6, connectionstyle=f"arc3,rad={rad}", shrinkA=6, shrinkB=6),
+            arrowprops=dict(arrowstyle="-|>", color=c, lw=1.6, connectionstyle=f"arc3,rad={rad}", shrinkA=6, shrinkB=6,
+                            ls="--" if g else "-"),
         )
         height = 0.3 + abs(rad) * abs(x1 - x0) / 2
         heights.append(height + 0.4)
-        ax.text((x0 + x1) / 2, height + 0.08, f"L{layer}.{head}", color=c, ha="center", fontsize=8)
-    ax.set_xlim(-0.8, 2 * D + 0.8)
+        ax.text((x0 + x1) / 2, height + 0.08, f"L{layer}.{head}" + (f" g{g}" if g else ""), color=c, ha="center", fontsize=8)
+    ax.set_xlim(-1.8, 2 * D + 0.8)
     ax.set_ylim(-1.0, max(heights))
     ax.set_aspect("equal")
     ax.axis("off")
     n = len(circuit.useful_heads())
-    ax.set_title(title or f"circuit: {n} useful heads, {len(paths)} paths (D={D})", fontsize=10)
+    title = title or f"circuit: {n} heads with paths, {len(paths)} paths (D={D})"
+    if group_of:
+        title += f"; dashed: {len(set(group_of.values()))} redundant group(s)"
+    ax.set_title(title, fontsize=10)
     return save_figure(fig, out, "circuit")
 
 
@@ -231,8 +393,14 @@ def discover_run(
 ) -> dict[int, Discovery]:
     """Discover the circuit of every member of a run; ``out/seed{s}/`` gets circuit.json,
     losses.json, circuit.png/svg and summary.json."""
-    import json
+    from stackedheads.storage import FolderLock
 
+    with FolderLock(out, "circuit discovery"):  # a second process on the folder gets one line
+        return _discover_run_locked(run_dir, out, checkpoint, cfg)
+
+
+def _discover_run_locked(run_dir, out, checkpoint, cfg: DiscoverConfig) -> dict[int, Discovery]:
+    from stackedheads.storage import atomic_write_json, check_seeds
     from stackedheads.train import checkpoint_for, load_model, validation_batch
 
     path = checkpoint_for(run_dir, checkpoint)
@@ -241,14 +409,18 @@ def discover_run(
         raise UsageError("circuit discovery needs an IC run (partial losses per chain position)")
     batch = validation_batch(tcfg)[: cfg.n_val]
     found = {}
-    for e, seed in enumerate(tcfg.seeds):
+    for e, seed in enumerate(check_seeds(list(tcfg.seeds), path)):  # seeds name folders
         d = discover(model.member(e), batch, tcfg.task, cfg)
         d.circuit.info.update({"run": str(run_dir), "seed": seed, "checkpoint": step})
         folder = Path(out) / f"seed{seed}"
         folder.mkdir(parents=True, exist_ok=True)
         d.circuit.save(folder / "circuit.json")
-        (folder / "losses.json").write_text(json.dumps([r.to_dict() for r in d.table], indent=2))
-        (folder / "summary.json").write_text(json.dumps(d.summary(), indent=2))
-        plot_circuit(d.circuit, folder, f"seed {seed}: {len(d.circuit.useful_heads())} useful heads, D={tcfg.task.depth}")
+        atomic_write_json(folder / "losses.json", [r.to_dict() for r in d.table])
+        atomic_write_json(folder / "summary.json", d.summary())
+        s = d.summary()
+        plot_circuit(
+            d.circuit, folder,
+            f"seed {seed}: {s['n_useful_heads']} useful heads ({len(s['unexplained_heads'])} unexplained rows), D={tcfg.task.depth}",
+        )
         found[seed] = d
     return found

@@ -61,7 +61,9 @@ def previous(meta: Meta) -> torch.Tensor:
 
 def first_token(meta: Meta) -> torch.Tensor:
     """Position 0: trained heads often park attention on the first token (an attention sink)
-    when they have nothing to fetch; like uniform attention, it adds a near-constant vector."""
+    when they have nothing to fetch. It still copies a real token (the first symbol of some
+    chain) into the stream, so discovery treats it as a path (to ``p0``) that is kept unless
+    replacing it with uniform attention keeps the loss within budget."""
     return torch.zeros_like(meta.role)
 
 

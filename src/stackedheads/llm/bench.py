@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from stackedheads.errors import UsageError
-from stackedheads.llm.backends import Backend, Generation, Request
+from stackedheads.llm.backends import Backend, Generation, Request, clean_text
 from stackedheads.plots import save_figure
+from stackedheads.storage import FolderLock, atomic_write_json, read_state_json
 from stackedheads.tasks import prompts
 from stackedheads.tasks.prompts import FORMULATIONS, Question
 
@@ -263,8 +264,9 @@ async def ask(backend: Backend, question: Question, examples: Sequence[Question]
         first_request = first_request or request
         gen: Generation = await backend.complete(request)
         parsed = parse_answer(gen.text, question.acceptable)
+        # Stored capped: a server that ignores max_tokens must not grow the log without bound.
         draws.append({
-            "text": gen.text, "parsed": parsed, "normalised": normalise(gen.text),
+            "text": clean_text(gen.text), "parsed": parsed, "normalised": normalise(gen.text)[:_MAX_NORMALISED],
             "acceptable": parsed is not None, "seed": request.seed,
             "latency_s": round(gen.latency_s, 4), "finish_reason": gen.finish_reason,
             "retries": gen.retries,
@@ -287,6 +289,9 @@ async def ask(backend: Backend, question: Question, examples: Sequence[Question]
         "backend": backend.name,
         "model": backend.model,
         "mode": backend.mode,
+        # The rest of the run identity, so that a resumed record can be checked on its own.
+        "protocol": PROTOCOL_VERSION,
+        **{k: getattr(cfg, k) for k in _IDENTITY_FIELDS if k not in ("chains", "seed")},
         "prompt": prompt,
         "answer": question.answer,
         "acceptable": list(question.acceptable),
@@ -302,8 +307,26 @@ async def ask(backend: Backend, question: Question, examples: Sequence[Question]
 # --- the run folder ------------------------------------------------------------------------------
 
 
+_MAX_NORMALISED = 200  # the parse of a draw: an answer is a word or a number
+# What scoring reads from a record: one without these (a damaged line) is asked again.
+_RECORD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "key": str, "formulation": str, "depth": int, "chains": int, "answered": bool, "correct": bool,
+    "acceptable": list, "n_draws": int, "latency_s": (int, float), "backend": str, "model": str, "mode": str,
+}
+
+
+def _valid_record(rec: Any) -> bool:
+    return (
+        isinstance(rec, dict)
+        and all(isinstance(rec.get(k), t) for k, t in _RECORD_TYPES.items())
+        and rec["formulation"] in FORMULATIONS
+        and len(rec["acceptable"]) > 0
+    )
+
+
 def load_records(path: Path) -> dict[str, dict[str, Any]]:
-    """Records of ``samples.jsonl`` by key; a line cut short by a kill is ignored."""
+    """Records of ``samples.jsonl`` by key; a line cut short by a kill, or a record missing
+    what scoring needs, is ignored (its question is asked again)."""
     records: dict[str, dict[str, Any]] = {}
     if not path.exists():
         return records
@@ -313,7 +336,7 @@ def load_records(path: Path) -> dict[str, dict[str, Any]]:
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if isinstance(rec, dict) and "key" in rec:
+            if _valid_record(rec):
                 records[rec["key"]] = rec
     return records
 
@@ -341,20 +364,33 @@ def _check_folder(out: Path, identity: dict[str, Any], invocation: dict[str, Any
     path = out / CONFIG
     runs: list[dict[str, Any]] = []
     if path.exists():
-        try:
-            saved = json.loads(path.read_text())
-        except json.JSONDecodeError:
-            raise UsageError(f"{path} is not valid JSON; use another --out") from None
+        saved = read_state_json(path, "the run's identity")
         old = saved.get("identity", {})
+        if not isinstance(old, dict):
+            raise UsageError(f"{path} has the wrong shape (identity is not an object): use another --out")
         diff = [k for k in identity if old.get(k) != identity[k]]
         if diff:
             what = ", ".join(f"{k}: {old.get(k)!r} there, {identity[k]!r} now" for k in diff)
             raise UsageError(f"{out} holds a run with other settings ({what}); use another --out")
         runs = saved.get("invocations", [])
+        runs = runs if isinstance(runs, list) else []
     runs.append(invocation)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"identity": identity, "invocations": runs}, indent=2) + "\n")
-    tmp.replace(path)
+    atomic_write_json(path, {"identity": identity, "invocations": runs})
+
+
+def _check_records(records: dict[str, dict[str, Any]], identity: dict[str, Any], samples: Path, vouched: bool) -> None:
+    """Every resumed answer must come from this run's identity (a samples.jsonl without its
+    config.json, or copied from elsewhere, must not credit one model with another's answers).
+    Records from before these fields were stored are accepted only where config.json vouches."""
+    for key, rec in records.items():
+        for k, want in identity.items():
+            if k not in rec and vouched:
+                continue
+            if rec.get(k, "(not recorded)") != want:
+                raise UsageError(
+                    f"{samples} holds answers of another run ({key}: {k} {str(rec.get(k, '(not recorded)'))[:60]!r} "
+                    f"there, {want!r} now); use another --out"
+                )
 
 
 def run_bench(
@@ -368,17 +404,23 @@ def run_bench(
     Figure 2; return the results. ``backend_info`` (JSON, no secrets) goes to config.json."""
     out = Path(out)
     questions = plan(cfg)  # validates before anything is written
-    out.mkdir(parents=True, exist_ok=True)
+    with FolderLock(out, "llm-bench"):
+        return _run_bench_locked(backend, cfg, out, questions, progress, backend_info)
+
+
+def _run_bench_locked(backend, cfg, out: Path, questions, progress, backend_info) -> dict[str, Any]:
     identity = _identity(backend, cfg)
+    vouched = (out / CONFIG).exists()
     invocation = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "config": cfg.to_dict(),
         "backend": backend_info or {},
     }
-    _check_folder(out, identity, invocation)
     samples = out / SAMPLES
     _repair_tail(samples)
     done = load_records(samples)
+    _check_records(done, identity, samples, vouched)  # before config.json records this invocation
+    _check_folder(out, identity, invocation)
     todo = [q for q in questions if _key(q) not in done]
     total = len(questions)
     if progress:
@@ -388,7 +430,7 @@ def run_bench(
     else:
         asyncio.run(backend.aclose())
     results = summarise(load_records(samples).values(), identity)
-    (out / RESULTS).write_text(json.dumps(results, indent=2) + "\n")
+    atomic_write_json(out / RESULTS, results)
     results["figures"] = plot_figure2(results, out)
     return results
 

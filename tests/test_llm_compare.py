@@ -1,0 +1,154 @@
+"""Several models in one Figure 2 (issue 14): per-model run folders, the comparison table and
+figures, `llm-bench --model A --model B`, `llm-compare`, claims L1/L2 per model, and the
+quick preset's LLM stage plan. Models are deterministic solvers (tests/prompt_solver.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from test_llm import SolverModel  # noqa: E402
+
+from stackedheads import claims, reproduce  # noqa: E402
+from stackedheads.errors import UsageError  # noqa: E402
+from stackedheads.llm import backends, bench, compare  # noqa: E402
+from stackedheads.llm.bench import BenchConfig  # noqa: E402
+
+
+class DepthModel(SolverModel):
+    """A solver that can follow only ``limit`` facts: beyond, a wrong acceptable answer (an
+    ability that ends at a known depth)."""
+
+    def __init__(self, limit: int, model: str):
+        limit_ = limit
+        super().__init__(
+            policy=lambda sol, seed, calls: sol.answer if sol.steps <= limit_ else sorted(sol.candidates - {sol.answer})[0],
+            model=model,
+        )
+
+
+def _run(model: DepthModel, out: Path, n: int = 6) -> None:
+    for cfg in (BenchConfig(n=n, max_draws=2), BenchConfig(formulations=("equations",), depths=(1, 2, 3, 4), n=n, max_draws=2)):
+        bench.run_bench(model, cfg, out)
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    _run(DepthModel(2, "shallow"), root / "shallow")
+    _run(DepthModel(9, "deep"), root / "deep")
+    return root
+
+
+def test_compare_writes_table_and_both_figures(two_runs, tmp_path):
+    out = tmp_path / "cmp"
+    result = compare.compare([two_runs / "shallow", two_runs / "deep"], out)
+    assert [m["model"] for m in result["models"]] == ["shallow", "deep"]
+    for name in ("figure2", "figure2_depth"):
+        for ext in ("png", "svg"):
+            assert (out / f"{name}.{ext}").stat().st_size > 1000
+    saved = json.loads((out / "comparison.json").read_text())
+    shallow, deep = saved["models"]
+    eq_s = shallow["per_depth"]["equations"]
+    assert [eq_s[str(d)]["accuracy"] for d in (1, 2, 3, 4, 5)] == [1.0, 1.0, 0.0, 0.0, 0.0]
+    assert all(deep["per_depth"]["equations"][str(d)]["accuracy"] == 1.0 for d in (1, 2, 3, 4, 5))
+    # functions (D=2) is within the shallow model's reach; relatives (D=4) is not.
+    assert shallow["per_formulation"]["functions"]["accuracy"] == 1.0
+    assert shallow["per_formulation"]["relatives"]["accuracy"] == 0.0
+    table = (out / "comparison.md").read_text()
+    assert "| shallow | equations | 5 | 6 | 0.000 | [0.000, 0.390] | 0.250 | 0 | 1.00 |" in table
+    assert "| deep | 1.00 (6) | 1.00 (6) | 1.00 (6) | 1.00 (6) | 1.00 (6) |" in table
+    # Folders are stored relative: a moved comparison still finds its runs.
+    moved = tmp_path / "moved"
+    shutil.copytree(two_runs, moved / "runs")
+    compare.compare([moved / "runs" / "shallow"], moved / "cmp")
+    shutil.move(str(moved), str(tmp_path / "moved2"))
+    loaded = compare.load_comparison(tmp_path / "moved2" / "cmp")
+    assert Path(loaded["models"][0]["folder"]).resolve() == (tmp_path / "moved2" / "runs" / "shallow").resolve()
+
+
+def test_compare_refuses_empty_and_duplicate(two_runs, tmp_path):
+    with pytest.raises(UsageError, match="no answered questions"):
+        compare.compare([tmp_path], tmp_path / "o")
+    with pytest.raises(UsageError, match="same model"):
+        compare.compare([two_runs / "deep", two_runs / "deep"], tmp_path / "o")
+
+
+def test_claims_are_judged_per_model(two_runs, tmp_path):
+    compare.compare([two_runs / "shallow", two_runs / "deep"], tmp_path)
+    found = {c.id: c for c in claims.llm_claims(compare.load_comparison(tmp_path))}
+    assert set(found) == {"L1 (shallow)", "L2 (shallow)", "L1 (deep)", "L2 (deep)"}
+    assert found["L2 (deep)"].verdict == claims.PASS and found["L2 (deep)"].measured.startswith("deep:")
+    # Shallow: 0/6 at D = 3: the upper bound (0.39) is below 90%.
+    assert found["L2 (shallow)"].verdict == claims.FAIL
+    # 6 questions per formulation: shallow is below chance on relatives but n < LLM_MIN_N.
+    assert found["L1 (shallow)"].verdict == claims.INCONCLUSIVE
+    assert found["L1 (deep)"].verdict == claims.PASS
+
+
+def _cells(acc: float, n: int, chance: float = 0.25) -> dict:
+    k = round(acc * n)
+    lo, hi = bench.wilson(k, n)
+    return {"accuracy": k / n, "ci95": [lo, hi], "chance": chance, "n": n, "depth": 5}
+
+
+def test_l1_l2_verdict_rules():
+    per_f = {"equations": _cells(0.3, 100)}
+    assert claims._l1("m", per_f)[1] == claims.FAIL  # 30/100 vs 0.25: not above chance, enough questions
+    assert claims._l1("m", {"equations": _cells(0.3, 10)})[1] == claims.INCONCLUSIVE
+    assert claims._l1("m", {"equations": _cells(0.6, 100)})[1] == claims.PASS
+    assert claims._l2("m", {"3": _cells(0.85, 20)})[1] == claims.INCONCLUSIVE  # CI reaches 0.9
+    assert claims._l2("m", {"3": _cells(0.5, 100)})[1] == claims.FAIL
+    assert claims._l2("m", {"3": _cells(0.95, 100), "8": _cells(0.0, 100)})[1] == claims.PASS  # D > 5 not judged
+    assert claims._l2("m", {"7": _cells(1.0, 10)})[1] == claims.NOT_RUN
+
+
+def test_cli_benchmarks_several_models_into_one_figure(tmp_path, monkeypatch):
+    import typer
+    from typer.testing import CliRunner
+
+    from stackedheads.llm.cli import register
+
+    made = []
+
+    def fake_backend(backend, model, **kw):
+        m = SolverModel(model=model)
+        made.append(model)
+        return m
+
+    monkeypatch.setattr(backends, "make_backend", fake_backend)
+    app = typer.Typer()
+    register(app)
+    out = tmp_path / "bench"
+    args = ["llm-bench", "-b", "llamacpp", "-m", "alpha", "-m", "beta.gguf", "-o", str(out), "-f", "equations", "-d", "1-3", "--n", "2"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert made == ["alpha", "beta.gguf"]
+    for sub in ("alpha", "beta.gguf"):
+        assert len((out / sub / "samples.jsonl").read_text().splitlines()) == 6
+    saved = json.loads((out / "comparison.json").read_text())
+    assert [m["model"] for m in saved["models"]] == ["alpha", "beta.gguf"]
+    assert (out / "figure2.png").exists() and (out / "figure2_depth.png").exists()
+    # llm-compare over the finished folders gives the same table.
+    r = CliRunner().invoke(app, ["llm-compare", str(out / "alpha"), str(out / "beta.gguf"), "-o", str(tmp_path / "c")])
+    assert r.exit_code == 0 and "| alpha | 1.00 (2) | 1.00 (2) | 1.00 (2) |" in r.stdout
+    r = CliRunner().invoke(app, ["llm-compare", str(tmp_path / "nope"), "-o", str(tmp_path / "c")])
+    assert isinstance(r.exception, UsageError) and "not a folder" in str(r.exception)
+
+
+def test_quick_preset_llm_stage_plan():
+    quick = reproduce.PRESETS["quick"]
+    names = reproduce.llm_models(quick.llm.model)
+    assert "smollm2" in names and any(n.startswith("qwen") for n in names)
+    cells = [c for cfg in reproduce.llm_configs(quick.llm, 0) for c in bench.cells(cfg)]
+    assert {("equations", d) for d in range(1, 6)} <= set(cells)
+    assert {f for f, _ in cells} == set(bench.FORMULATIONS)
+    assert reproduce.llm_models(reproduce.LLMChoice(model=" a, b ,a")) == ["a", "b"]
+    with pytest.raises(UsageError):
+        reproduce.llm_models(reproduce.LLMChoice(model=" , "))
