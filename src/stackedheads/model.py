@@ -126,6 +126,18 @@ def ensemble_linear(x: Tensor, W: Tensor, b: Tensor) -> Tensor:
     return out.reshape(*x.shape[:-1], W.shape[-1])
 
 
+def residual_linear(resid: Tensor, x: Tensor, W: Tensor, b: Tensor) -> Tensor:
+    """``resid + x @ W + b`` for each member (a block's output added to the residual stream).
+
+    The residual rides on the matmul as baddbmm's input and the bias is added in place: two
+    passes over the residual-sized output instead of three (at Sec. 9.1's width the residual
+    stream, not the matmuls, is what a CPU step spends its time on).
+    """
+    E = x.shape[0]
+    out = torch.baddbmm(resid.reshape(E, -1, resid.shape[-1]), x.reshape(E, -1, x.shape[-1]), W)
+    return out.add_(b.unsqueeze(1)).view(resid.shape)
+
+
 class HookPoint(nn.Module):
     """Identity with a name: a place to observe or replace an activation (TransformerLens).
 
@@ -152,9 +164,13 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.empty(n_members, d))
 
     def forward(self, x: Tensor) -> Tensor:  # x: (E, B, T, d)
+        if x.shape[0] == 1:
+            # One member: the fused kernel applies the gain and bias in the same pass over x
+            # (the residual stream is the largest tensor; each extra pass is bandwidth).
+            return F.layer_norm(x, x.shape[-1:], self.weight[0], self.bias[0], LN_EPS)
         shape = (x.shape[0],) + (1,) * (x.ndim - 2) + (x.shape[-1],)  # broadcast over B, T
-        x = F.layer_norm(x, x.shape[-1:], eps=LN_EPS)
-        return x * self.weight.view(shape) + self.bias.view(shape)
+        # Per-member gains cannot go into F.layer_norm; addcmul is one pass instead of two.
+        return torch.addcmul(self.bias.view(shape), F.layer_norm(x, x.shape[-1:], eps=LN_EPS), self.weight.view(shape))
 
 
 class Attention(nn.Module):
@@ -176,7 +192,10 @@ class Attention(nn.Module):
         self.b_O = nn.Parameter(torch.empty(n_members, cfg.d_model))
         self.hook_pattern = HookPoint()
 
-    def forward(self, x: Tensor, slow: bool = False) -> Tensor:  # x: (E, B, T, d_model)
+    def forward(self, x: Tensor, resid: Tensor, slow: bool = False, queries: int | None = None) -> Tensor:
+        """``resid + attn(x)``; x, resid: (E, B, T, d_model). ``queries=N`` computes only the
+        last N rows (keys and values still span every position): the last layer, whose other
+        rows nothing reads. Returns (E, B, T or N, d_model)."""
         E, B, T, _ = x.shape
         H, dh = self.n_heads, self.d_head
         qkv = ensemble_linear(x, self.W_qkv, self.b_qkv)  # (E, B, T, 3 H dh)
@@ -184,7 +203,14 @@ class Attention(nn.Module):
         # the layout the fused kernels want.
         q, k, v = qkv.view(E * B, T, 3, H, dh).permute(2, 0, 3, 1, 4)  # each (E*B, H, T, dh)
 
-        if slow or self.hook_pattern.is_active:
+        if queries is not None:
+            q, resid = q[:, :, -queries:], resid[:, :, -queries:]
+            # Query i sits at position T - N + i and sees keys up to there (SDPA's is_causal
+            # would align the mask top-left instead).
+            mask = torch.ones(queries, T, dtype=torch.bool, device=x.device).tril(T - queries)
+            z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (E*B, H, N, dh)
+            T = queries
+        elif slow or self.hook_pattern.is_active:
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(dh)  # (E*B, H, T, T)
             causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
             pattern = scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)
@@ -195,7 +221,7 @@ class Attention(nn.Module):
             z = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (E*B, H, T, dh)
 
         z = z.transpose(1, 2).reshape(E, B, T, H * dh)  # heads side by side
-        return ensemble_linear(z, self.W_O, self.b_O)  # (E, B, T, d_model)
+        return residual_linear(resid, z, self.W_O, self.b_O)  # (E, B, T, d_model)
 
 
 def broadcast_pattern(pattern: Tensor, shape: tuple[int, int, int, int, int]) -> Tensor:
@@ -233,9 +259,9 @@ class MLP(nn.Module):
         self.W_down = nn.Parameter(torch.empty(n_members, d_mlp, cfg.d_model))
         self.b_down = nn.Parameter(torch.empty(n_members, cfg.d_model))
 
-    def forward(self, x: Tensor) -> Tensor:  # x: (E, B, T, d_model)
+    def forward(self, x: Tensor, resid: Tensor) -> Tensor:  # resid + mlp(x), both (E, B, T, d_model)
         h = F.gelu(ensemble_linear(x, self.W_up, self.b_up), approximate="tanh")
-        return ensemble_linear(h, self.W_down, self.b_down)
+        return residual_linear(resid, h, self.W_down, self.b_down)
 
 
 class Block(nn.Module):
@@ -250,11 +276,17 @@ class Block(nn.Module):
         self.mlp = MLP(cfg, n_members) if cfg.mlp else None
         self.hook_resid_post = HookPoint()
 
-    def forward(self, x: Tensor, slow: bool = False) -> Tensor:  # x: (E, B, T, d_model)
-        x = x + self.attn(self.ln1(x), slow=slow)
+    def forward(self, x: Tensor, slow: bool = False, queries: int | None = None) -> Tensor:
+        """x: (E, B, T, d_model) -> (E, B, T, d_model), or the last ``queries`` rows only."""
+        x = self.attn(self.ln1(x), x, slow=slow, queries=queries)
         if self.mlp is not None:
-            x = x + self.mlp(self.ln2(x))
+            x = self.mlp(self.ln2(x), x)
         return self.hook_resid_post(x)
+
+    @property
+    def observed(self) -> bool:
+        """A hook listens to this block: it then computes every row, as hooks expect."""
+        return self.attn.hook_pattern.is_active or self.hook_resid_post.is_active
 
 
 # ----------------------------------------------------------------------------- model
@@ -339,10 +371,13 @@ class EnsembleTransformer(nn.Module):
                 f"got {tuple(x.shape)}"
             )
         h = ensemble_linear(x, self.W_in, self.b_in)  # (E, B, T, d_model)
-        for block in self.blocks:
+        *body, last = self.blocks
+        for block in body:
             h = block(h, slow=self.slow_attention)
-        # Only the N query positions are read out (Sec. 6); LayerNorm is per position, so
-        # slicing before ln_f gives the same result for less work.
+        # Only the N query positions are read out (Sec. 6), so the last block computes only
+        # their rows, unless a hook there wants every row.
+        full = self.slow_attention or last.observed
+        h = last(h, slow=self.slow_attention, queries=None if full else cfg.n_queries)
         h = h[:, :, -cfg.n_queries :]  # (E, B, N, d_model)
         return ensemble_linear(self.ln_f(h), self.W_readout, self.b_readout)  # (E, B, N, d_out)
 
