@@ -1,374 +1,308 @@
-"""Training throughput: the ensemble engine against a plain per-model PyTorch loop.
+"""Training speed, old path against new path, on an idle machine and beside a busy process.
 
-The paper trains 8 seeds per model size (Sec. 7.1). This benchmark does the same work two ways
-and reports model-steps per second (one model-step = one AdamW step of one model on one batch):
+Issue 17 asked for the training step at the quick, sec8 and sec9 sizes, measured where users run
+it: a small CPU that is sometimes busy. Each measurement runs in a fresh worker process (the
+OpenMP spin policy is read once, when torch loads) and prints one JSON line; this script starts
+the workers, one at a time, and prints the table. Both paths train the same model on the same
+batches:
 
-* ``ensemble`` -- one :class:`~stackedheads.model.EnsembleTransformer` holding E = 8 seeds and
-  one AdamW, stepped exactly as ``stackedheads.train`` does (per-member summed MSE); one
-  ensemble step is E model-steps;
-* ``loop`` -- a nanoGPT-style implementation of the same model (``nn.Linear``, ``nn.LayerNorm``,
-  fused qkv, ``scaled_dot_product_attention``), 8 copies each with its own AdamW, trained one
-  model after the other. Each copy starts from the weights of the matching ensemble member, and
-  the benchmark checks first that it has the same parameter count and gives the same outputs.
+* ``old``: the step before the speed work (``benchmarks/legacy.py``: LayerNorm gain and bias,
+  output bias and residual as separate passes, every row of the last block, single-tensor
+  AdamW), torch's default threads and OpenMP spin policy, one job after another;
+* ``new``: the library as it is (fused LayerNorm affine, residual on the output matmul, query
+  rows only in the last block, fused AdamW), ``stackedheads.perf``'s spin policy, and for the
+  sweep the local executor's plan (one single-thread worker per core).
 
-Both engines see the same pre-generated batches (``member_batches``, generated once up front),
-so only the model step is timed. Both engines run with the allocator setting that ``train``
-applies (``stackedheads.perf.keep_freed_memory``: without it, page faults on the activations
-cost more than the arithmetic at paper sizes). Sizes: ``presets.QUICK`` (d_model 64, 4 heads,
-3 layers, batch 128, D=2, N=2, K=4 -> T=10) and ``presets.PAPER`` (d_model 128, 8 heads, 4 layers, batch 512,
-D=5, N=4, K=4 -> T=44); float32 and bfloat16 (``torch.autocast("cpu", dtype=torch.bfloat16)``
-around the forward pass for both engines, as in ``train.py``). Warm-up steps are not timed; the
-timed steps run in a few rounds that alternate the engines, and each engine keeps its best
-round, which damps the noise of a shared machine. ``torch.set_num_threads`` is left alone.
+Measurements:
 
-FLOP/s and MFU are for the ensemble. FLOPs come from ``model.flops_per_step``, which counts the
-matmuls only, 6 FLOPs per weight per token (forward + backward) plus QK^T and AV over the full
-T x T (the causal half the fused kernels skip is still credited, as in PaLM); biases, LayerNorm,
-softmax, GELU, the loss and the optimiser are left out (a few percent with the MLP), and W_in's
-backward is slightly overcounted. The peak is measured in the same run: the best of a few
-2048 x 2048 @ 2048 x 2048 ``torch.matmul`` calls. ``mfu`` is always against the float32 peak
-(also for bfloat16 rows, so rows compare with each other); ``mfu_vs_dtype_peak`` divides by
-the peak of the row's own dtype (a bfloat16 matmul, AMX where the CPU has it).
+1. ``step``: seconds per training step (forward, backward, clipping, AdamW) plus its share of
+   evaluation (the preset's evaluations per step times one evaluation), per size; MFU against
+   the float32 matmul peak measured in the same run;
+2. ``profile``: where a step's time goes, by operator family (torch.profiler), old and new;
+3. ``sweep``: the quick Figure 4 sweep (6 jobs) shortened to ``--sweep-steps`` steps per job
+   with evaluations scaled to keep their share, wall time, old and new;
+4. each of 1 and 3 again with one busy process beside it (``--busy``: a pure-Python loop
+   pinned to no core, as a browser tab or another job would be).
 
-Run::
+Run (idle machine: nothing else heavy running)::
 
-    .venv/bin/python benchmarks/train_throughput.py            # quick + paper sizes, a few minutes
-    .venv/bin/python benchmarks/train_throughput.py --quick    # quick sizes only, fewer steps, < 1 min
+    .venv/bin/python benchmarks/train_throughput.py            # everything, ~15 minutes on 2 cores
+    .venv/bin/python benchmarks/train_throughput.py --quick    # steps at the quick size only, ~1 minute
 
-``--quick`` skips the paper sizes (one paper-size ensemble step is ~0.9 TFLOP, several seconds
-on a small CPU) and times fewer steps. The last line printed is JSON: the headline row (quick
-sizes, float32) as ``speedup``, ``ensemble_model_steps_per_s``, ``loop_model_steps_per_s`` and
-``mfu``, plus every row in ``rows`` and the measured peaks.
+The last line is JSON with every number.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
+import os
+import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
-
-from stackedheads import presets
-from stackedheads.model import (
-    EnsembleTransformer,
-    ModelConfig,
-    count_parameters,
-    flops_per_step,
-)
-from stackedheads.perf import keep_freed_memory
-from stackedheads.train import DTYPES, TrainConfig, member_batches
-
-N_MEMBERS = 8  # seeds per size in the paper (Sec. 7.1)
-PEAK_SIZE = 2048
-LN_EPS = 1e-5  # as in stackedheads.model
+HERE = Path(__file__).resolve().parent
+SIZES = ("quick", "sec8", "sec9")
+# Operator families of the profile (torch.profiler op names, self CPU time).
+FAMILIES = {
+    "attention": ("scaled_dot_product", "softmax", "masked_fill"),
+    "matmuls (projections, MLP)": ("bmm", "baddbmm", "addmm", "aten::mm", "matmul"),
+    "MLP activation": ("gelu",),
+    "LayerNorm": ("layer_norm", "addcmul"),
+    "optimizer": ("adam", "Optimizer"),
+}
 
 
-# ----------------------------------------------------------------------------- the loop model
-# A straightforward nanoGPT-style transformer, one model per instance, with the architecture of
-# EnsembleTransformer (linear input projection, pre-LN blocks, readout at the last N positions).
+# --------------------------------------------------------------------------- worker side
 
 
-class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.n_heads, self.d_head = cfg.n_heads, cfg.head_dim
-        d_attn = cfg.n_heads * cfg.head_dim
-        self.c_attn = nn.Linear(cfg.d_model, 3 * d_attn)  # fused q, k, v
-        self.c_proj = nn.Linear(d_attn, cfg.d_model)
+def _worker(spec: dict) -> dict:
+    sys.path.insert(0, str(HERE))
+    import torch
 
-    def forward(self, x: Tensor) -> Tensor:  # x: (B, T, d_model)
-        B, T, _ = x.shape
-        q, k, v = self.c_attn(x).view(B, T, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)
-        z = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, d_head)
-        return self.c_proj(z.transpose(1, 2).reshape(B, T, -1))
+    from stackedheads import presets
+    from stackedheads.perf import keep_freed_memory
 
+    keep_freed_memory()
+    if spec["path"] == "old":
+        import legacy
 
-class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.c_fc = nn.Linear(cfg.d_model, 4 * cfg.d_model)
-        self.c_proj = nn.Linear(4 * cfg.d_model, cfg.d_model)
+        legacy.patch_train()
+    if spec["kind"] == "sweep":
+        return _sweep(spec)
+    import stackedheads.train as t
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+    cfg = presets.get(spec["size"])
+    if spec["kind"] == "profile":
+        return _profile(cfg, t)
+    model = t.EnsembleTransformer(cfg.model_config(), seeds=list(cfg.seeds))
+    opt = t.make_optimizer(model, cfg)
+    caches = [{} for _ in cfg.seeds]
+    batches = [t.member_batches(cfg, i, caches) for i in range(spec["steps"] + 2)]
 
+    def step(b) -> None:
+        pred = model(b.inputs)
+        loss = t.member_mse(pred, b.targets)
+        opt.zero_grad(set_to_none=True)
+        loss.sum().backward()
+        t.clip_grad_norm_per_member_(model, cfg.grad_clip or 1.0)
+        opt.step()
 
-class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(cfg.d_model, eps=LN_EPS)
-        self.attn = CausalSelfAttention(cfg)
-        self.ln_2 = nn.LayerNorm(cfg.d_model, eps=LN_EPS) if cfg.mlp else None
-        self.mlp = MLP(cfg) if cfg.mlp else None
+    for b in batches[:2]:  # warm-up: AdamW allocates its state, the allocator its arenas
+        step(b)
+    t0 = time.perf_counter()
+    for b in batches[2:]:
+        step(b)
+    per_step = (time.perf_counter() - t0) / spec["steps"]
+    data0 = time.perf_counter()
+    for i in range(3):
+        t.member_batches(cfg, 100 + i, caches)
+    data = (time.perf_counter() - data0) / 3
+    val = t.validation_batch(cfg)
+    t.evaluate(model, val, cfg)
+    e0 = time.perf_counter()
+    t.evaluate(model, val, cfg)
+    one_eval = time.perf_counter() - e0
+    evals_per_step = len(cfg.eval_steps()) / cfg.steps
+    from stackedheads.model import flops_per_step
 
-    def forward(self, x: Tensor) -> Tensor:
-        x = x + self.attn(self.ln_1(x))
-        if self.mlp is not None:
-            x = x + self.mlp(self.ln_2(x))
-        return x
-
-
-class LoopTransformer(nn.Module):
-    """One model: (B, T, d_in) -> (B, n_queries, d_out)."""
-
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.n_queries = cfg.n_queries
-        self.w_in = nn.Linear(cfg.d_in, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
-        self.ln_f = nn.LayerNorm(cfg.d_model, eps=LN_EPS)
-        self.readout = nn.Linear(cfg.d_model, cfg.d_out)
-
-    def forward(self, x: Tensor) -> Tensor:
-        h = self.w_in(x)
-        for block in self.blocks:
-            h = block(h)
-        return self.readout(self.ln_f(h[:, -self.n_queries :]))
-
-
-@torch.no_grad()
-def loop_model_from_member(ens: EnsembleTransformer, e: int) -> LoopTransformer:
-    """A LoopTransformer with member e's weights (ensemble W is (in, out); nn.Linear's is (out, in))."""
-
-    def linear(dst: nn.Linear, W: Tensor, b: Tensor) -> None:
-        dst.weight.copy_(W[e].T)
-        dst.bias.copy_(b[e])
-
-    def norm(dst: nn.LayerNorm, src: nn.Module) -> None:
-        dst.weight.copy_(src.weight[e])
-        dst.bias.copy_(src.bias[e])
-
-    model = LoopTransformer(ens.config)
-    linear(model.w_in, ens.W_in, ens.b_in)
-    for mine, theirs in zip(model.blocks, ens.blocks):
-        norm(mine.ln_1, theirs.ln1)
-        linear(mine.attn.c_attn, theirs.attn.W_qkv, theirs.attn.b_qkv)
-        linear(mine.attn.c_proj, theirs.attn.W_O, theirs.attn.b_O)
-        if mine.mlp is not None:
-            norm(mine.ln_2, theirs.ln2)
-            linear(mine.mlp.c_fc, theirs.mlp.W_up, theirs.mlp.b_up)
-            linear(mine.mlp.c_proj, theirs.mlp.W_down, theirs.mlp.b_down)
-    norm(model.ln_f, ens.ln_f)
-    linear(model.readout, ens.W_readout, ens.b_readout)
-    return model
+    flops = flops_per_step(cfg.model_config(), cfg.batch_size, cfg.task.seq_len, len(cfg.seeds))
+    return {
+        "step_s": per_step, "data_s": data, "eval_s": one_eval, "evals_per_step": evals_per_step,
+        "step_with_eval_s": per_step + data + evals_per_step * one_eval,
+        "gflops": flops / per_step / 1e9, "threads": torch.get_num_threads(),
+    }
 
 
-def check_same_model(ens: EnsembleTransformer, loops: list[LoopTransformer], x: Tensor) -> None:
-    """The loop is only a fair baseline if it is the same model: same size, same outputs."""
-    n_ens = sum(p.numel() for p in ens.parameters()) // ens.n_members
-    n_loop = sum(p.numel() for p in loops[0].parameters())
-    if not n_ens == n_loop == count_parameters(ens.config):
-        raise AssertionError(f"parameter counts differ: ensemble member {n_ens}, loop model {n_loop}")
-    with torch.no_grad():
-        want = ens(x[:, :4])
-        got = torch.stack([m(x[e, :4]) for e, m in enumerate(loops)])
-    if not torch.allclose(got, want, rtol=1e-4, atol=1e-5):
-        err = (got - want).abs().max().item()
-        raise AssertionError(f"loop models disagree with the ensemble members (max error {err:.2e})")
+def _profile(cfg, t) -> dict:
+    from torch.profiler import ProfilerActivity, profile
+
+    model = t.EnsembleTransformer(cfg.model_config(), seeds=list(cfg.seeds))
+    opt = t.make_optimizer(model, cfg)
+    caches = [{} for _ in cfg.seeds]
+    val = t.validation_batch(cfg)
+    times = {"data generation": 0.0, "evaluation (its share per step)": 0.0}
+
+    def step(i: int) -> None:
+        d0 = time.perf_counter()
+        b = t.member_batches(cfg, i, caches)
+        times["data generation"] += time.perf_counter() - d0
+        pred = model(b.inputs)
+        loss = t.member_mse(pred, b.targets)
+        opt.zero_grad(set_to_none=True)
+        loss.sum().backward()
+        t.clip_grad_norm_per_member_(model, cfg.grad_clip or 1.0)
+        opt.step()
+
+    step(0)
+    step(1)
+    times["data generation"] = 0.0
+    n = 3
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for i in range(2, 2 + n):
+            step(i)
+    e0 = time.perf_counter()
+    t.evaluate(model, val, cfg)
+    times["evaluation (its share per step)"] = (time.perf_counter() - e0) * len(cfg.eval_steps()) / cfg.steps
+    fam = {k: 0.0 for k in FAMILIES}
+    other = 0.0
+    for ev in prof.key_averages():
+        if ev.key.startswith(("ProfilerStep", "autograd::", "Optimizer.zero_grad")):
+            continue
+        secs = ev.self_cpu_time_total / 1e6 / n
+        for k, needles in FAMILIES.items():
+            if any(s in ev.key for s in needles):
+                fam[k] += secs
+                break
+        else:
+            other += secs
+    times["data generation"] /= n
+    return {**fam, "elementwise, copies, reductions": other, **times}
 
 
-# ----------------------------------------------------------------------------- the two engines
+def _sweep(spec: dict) -> dict:
+    import torch
+
+    from stackedheads import sweep
+    from stackedheads.executors import LocalExecutor
+
+    steps = spec["steps"]
+    s = sweep.FIGURE4["quick"]
+    scale = steps / s.base.steps  # evaluations keep their share of the work
+    base = replace(s.base, steps=steps, warmup_steps=max(1, round(s.base.warmup_steps * scale)),
+                   final_window=max(1, round(s.base.final_window * scale)), ckpt_every=steps)
+    spec_ = replace(s, base=base)
+    out = Path(spec["out"])
+    t0 = time.perf_counter()
+    if spec["path"] == "old":  # one job after another in this process, default threads
+        from stackedheads.train import train
+
+        for job in spec_.jobs():
+            train(job.config, out / job.name)
+        plan = (1, torch.get_num_threads())
+    else:
+        ex = LocalExecutor()
+        plan = ex.plan(spec_.jobs())
+        ex.run(spec_.jobs(), out)
+    return {"wall_s": time.perf_counter() - t0, "workers": plan[0], "threads": plan[1] or torch.get_num_threads()}
 
 
-def autocast(dtype: torch.dtype):
-    return torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32)
+# --------------------------------------------------------------------------- parent side
 
 
-class EnsembleEngine:
-    """E models in one module and one optimizer; the step of stackedheads.train."""
+def run_worker(spec: dict, busy: bool) -> dict:
+    """One measurement in a fresh process; ``busy``: with a CPU-bound process beside it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+    if spec["path"] == "new":
+        from stackedheads.perf import SPINCOUNT
 
-    def __init__(self, model: EnsembleTransformer, cfg: TrainConfig, dtype: torch.dtype) -> None:
-        self.model, self.dtype = model, dtype
-        self.opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-
-    def step(self, x: Tensor, y: Tensor) -> None:  # x: (E, B, T, d_in), y: (E, B, N, d_out)
-        with autocast(self.dtype):
-            pred = self.model(x)
-        per_member = ((pred.float() - y) ** 2).mean(dim=(1, 2, 3))  # sum of per-member losses
-        self.opt.zero_grad(set_to_none=True)
-        per_member.sum().backward()
-        self.opt.step()
-
-    def run(self, data: list[tuple[Tensor, Tensor]], steps: int) -> None:
-        for s in range(steps):
-            self.step(*data[s % len(data)])
-
-
-class LoopEngine:
-    """E separate models, each with its own AdamW, trained one after the other."""
-
-    def __init__(self, models: list[LoopTransformer], cfg: TrainConfig, dtype: torch.dtype) -> None:
-        self.models, self.dtype = models, dtype
-        self.opts = [
-            torch.optim.AdamW(m.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay) for m in models
-        ]
-
-    def step(self, e: int, x: Tensor, y: Tensor) -> None:  # x: (B, T, d_in), y: (B, N, d_out)
-        with autocast(self.dtype):
-            pred = self.models[e](x)
-        loss = ((pred.float() - y) ** 2).mean()
-        self.opts[e].zero_grad(set_to_none=True)
-        loss.backward()
-        self.opts[e].step()
-
-    def run(self, data: list[tuple[Tensor, Tensor]], steps: int) -> None:
-        for e in range(len(self.models)):  # model e sees member e's batches, as in the ensemble
-            for s in range(steps):
-                x, y = data[s % len(data)]
-                self.step(e, x[e], y[e])
+        env["GOMP_SPINCOUNT"] = SPINCOUNT
+    src = str(HERE.parent / "src")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
+    try:
+        r = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], env=env,
+                           capture_output=True, text=True, check=False)
+    finally:
+        if hog:
+            hog.kill()
+            hog.wait()
+    if r.returncode != 0:
+        raise SystemExit(f"worker failed: {spec}\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-# ----------------------------------------------------------------------------- measuring
+def matmul_peak() -> float:
+    import torch
+
+    n = 2048
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = min(_timed(lambda: a @ b) for _ in range(5))
+    return 2 * n**3 / best
 
 
-@dataclass(frozen=True)
-class Size:
-    name: str
-    cfg: TrainConfig
-    warmup: int  # untimed steps per model (the first AdamW step also allocates its state)
-    steps: int  # timed steps per model and round
-    rounds: int  # timed rounds, alternating engines; each engine keeps its best
-
-
-def timed(fn: Callable[[], object]) -> float:
+def _timed(fn) -> float:
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
 
 
-def matmul_peak(dtype: torch.dtype, repeats: int = 5) -> float:
-    """FLOP/s of the best of a few large square matmuls: the practical peak of this CPU."""
-    n = PEAK_SIZE
-    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
-    a @ b  # warm-up
-    best = min(timed(lambda: torch.matmul(a, b)) for _ in range(repeats))
-    return 2 * n**3 / best
-
-
-def make_data(cfg: TrainConfig, n: int) -> list[tuple[Tensor, Tensor]]:
-    """n training batches for every member, generated once so no timed step generates data."""
-    caches = [{} for _ in cfg.seeds]
-    out = []
-    for step in range(n):
-        batch = member_batches(cfg, step, caches)
-        out.append((batch.inputs.contiguous(), batch.targets.contiguous()))
-    return out
-
-
-def measure(size: Size, dtype_name: str, peaks: dict[str, float]) -> dict:
-    cfg, dtype = size.cfg, DTYPES[dtype_name]
-    mcfg = cfg.model_config()
-    data = make_data(cfg, min(size.warmup + size.steps, 4))  # a few batches, cycled
-
-    # Fresh models per row, so the bf16 row does not start from fp32-trained weights.
-    ens = EnsembleTransformer(mcfg, seeds=list(cfg.seeds))
-    loops = [loop_model_from_member(ens, e) for e in range(ens.n_members)]
-    check_same_model(ens, loops, data[0][0])
-    engines = {"ensemble": EnsembleEngine(ens, cfg, dtype), "loop": LoopEngine(loops, cfg, dtype)}
-
-    for engine in engines.values():
-        engine.run(data, size.warmup)
-    best = {name: math.inf for name in engines}
-    for _ in range(size.rounds):
-        for name, engine in engines.items():
-            best[name] = min(best[name], timed(lambda: engine.run(data, size.steps)))
-
-    E, T = len(cfg.seeds), cfg.task.seq_len
-    model_steps = E * size.steps  # per round, for both engines
-    ens_rate, loop_rate = model_steps / best["ensemble"], model_steps / best["loop"]
-    flops = flops_per_step(mcfg, cfg.batch_size, T, n_members=1)  # one model-step
-    ens_flops = flops * ens_rate
-    return {
-        "size": size.name,
-        "dtype": dtype_name,
-        "n_members": E,
-        "n_layers": mcfg.n_layers,
-        "d_model": mcfg.d_model,
-        "n_heads": mcfg.n_heads,
-        "batch": cfg.batch_size,
-        "seq_len": T,
-        "params_per_model": count_parameters(mcfg),
-        "warmup_steps": size.warmup,
-        "timed_steps": size.steps,
-        "rounds": size.rounds,
-        "ensemble_model_steps_per_s": ens_rate,
-        "loop_model_steps_per_s": loop_rate,
-        "speedup": ens_rate / loop_rate,
-        "flops_per_model_step": flops,
-        "ensemble_gflops": ens_flops / 1e9,
-        "loop_gflops": flops * loop_rate / 1e9,
-        "mfu": ens_flops / peaks["float32"],
-        "mfu_vs_dtype_peak": ens_flops / peaks[dtype_name],
-    }
-
-
-def sizes(quick: bool) -> list[Size]:
-    seeds = tuple(range(N_MEMBERS))
-    quick_cfg = replace(presets.QUICK, seeds=seeds)
-    paper_cfg = replace(presets.PAPER, seeds=seeds)  # n_layers 4, the preset's
-    if quick:
-        return [Size("quick", quick_cfg, warmup=1, steps=2, rounds=2)]
-    # A paper-size ensemble step is ~0.9 TFLOP (seconds on a CPU), so one timed step per
-    # round there is already long enough to time well.
-    return [
-        Size("quick", quick_cfg, warmup=1, steps=5, rounds=3),
-        Size("paper", paper_cfg, warmup=1, steps=1, rounds=2),
-    ]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="quick sizes only, fewer steps (< 1 min)")
-    ap.add_argument("--default-malloc", action="store_true", help="skip keep_freed_memory (to see what it saves)")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--quick", action="store_true", help="step times at the quick size only")
+    ap.add_argument("--sweep-steps", type=int, default=500, help="steps per job of the shortened quick sweep")
+    ap.add_argument("--no-busy", action="store_true", help="skip the busy-process measurements")
+    ap.add_argument("--sizes", default=",".join(SIZES), help="comma list of sizes for the step times")
+    ap.add_argument("--only-steps", action="store_true", help="step times only (no profile, no sweep)")
     args = ap.parse_args()
-    if not args.default_malloc:
-        keep_freed_memory()
+    if args.worker:
+        print(json.dumps(_worker(json.loads(args.worker))))
+        return
 
-    peaks = {name: matmul_peak(DTYPES[name]) for name in ("float32", "bfloat16")}
-    print(
-        f"E={N_MEMBERS} seeds, {torch.get_num_threads()} threads; matmul peak ({PEAK_SIZE}^3): "
-        f"float32 {peaks['float32'] / 1e9:.0f} GFLOP/s, bfloat16 {peaks['bfloat16'] / 1e9:.0f} GFLOP/s"
-    )
-    header = (
-        f"{'size':<6} {'dtype':<9} {'L':>2} {'d':>4} {'B':>4} {'T':>3}  {'ensemble/s':>10}"
-        f" {'loop/s':>8} {'speedup':>7}  {'GFLOP/s':>7} {'MFU':>6} {'MFU(dt)':>7}"
-    )
-    print("model-steps per second; GFLOP/s and MFU of the ensemble; MFU vs the float32 peak,")
-    print("MFU(dt) vs the peak of the row's dtype")
-    print(header)
-    print("-" * len(header))
-    rows = []
-    for size in sizes(args.quick):
-        for dtype_name in ("float32", "bfloat16"):
-            r = measure(size, dtype_name, peaks)
-            rows.append(r)
-            print(
-                f"{r['size']:<6} {r['dtype']:<9} {r['n_layers']:>2} {r['d_model']:>4} {r['batch']:>4}"
-                f" {r['seq_len']:>3}  {r['ensemble_model_steps_per_s']:>10.2f}"
-                f" {r['loop_model_steps_per_s']:>8.2f} {r['speedup']:>6.2f}x"
-                f"  {r['ensemble_gflops']:>7.1f} {r['mfu']:>6.1%} {r['mfu_vs_dtype_peak']:>7.1%}",
-                flush=True,
-            )
+    import torch
 
-    head = next(r for r in rows if r["size"] == "quick" and r["dtype"] == "float32")
-    result = {
-        "speedup": head["speedup"],
-        "ensemble_model_steps_per_s": head["ensemble_model_steps_per_s"],
-        "loop_model_steps_per_s": head["loop_model_steps_per_s"],
-        "mfu": head["mfu"],
-        "matmul_peak_gflops": peaks["float32"] / 1e9,
-        "matmul_peak_bf16_gflops": peaks["bfloat16"] / 1e9,
-        "threads": torch.get_num_threads(),
-        "quick": args.quick,
-        "keep_freed_memory": not args.default_malloc,
-        "rows": rows,
-    }
+    peak = matmul_peak()
+    cores = os.cpu_count()
+    print(f"{cores} cores, torch {torch.__version__}; float32 matmul peak (2048^3, {torch.get_num_threads()} threads): "
+          f"{peak / 1e9:.0f} GFLOP/s")
+    result: dict = {"peak_gflops": peak / 1e9, "cores": cores, "steps": {}, "profile": {}, "sweep": {}}
+    sizes = ("quick",) if args.quick else tuple(args.sizes.split(","))
+    conditions = [False] if args.no_busy else [False, True]
+
+    print("\nstep: seconds per training step + data + its share of evaluation (ratio old/new)")
+    print(f"{'size':<6} {'machine':<5} {'old s':>8} {'new s':>8} {'speedup':>8} {'new GFLOP/s':>11} {'MFU':>6}")
+    for size in sizes:
+        n = {"quick": 20, "sec8": 6, "sec9": 4}[size]
+        for busy in conditions:
+            old = run_worker({"kind": "step", "path": "old", "size": size, "steps": n}, busy)
+            new = run_worker({"kind": "step", "path": "new", "size": size, "steps": n}, busy)
+            label = "busy" if busy else "idle"
+            result["steps"][f"{size}/{label}"] = {"old": old, "new": new,
+                                                  "speedup": old["step_with_eval_s"] / new["step_with_eval_s"]}
+            print(f"{size:<6} {label:<5} {old['step_with_eval_s']:>8.3f} {new['step_with_eval_s']:>8.3f}"
+                  f" {old['step_with_eval_s'] / new['step_with_eval_s']:>7.2f}x {new['gflops']:>11.1f}"
+                  f" {new['gflops'] * 1e9 / peak:>6.1%}", flush=True)
+    for size in sizes:
+        if not args.no_busy:
+            idle, busy = result["steps"][f"{size}/idle"], result["steps"][f"{size}/busy"]
+            for path in ("old", "new"):
+                kept = idle[path]["step_with_eval_s"] / busy[path]["step_with_eval_s"]
+                result["steps"][f"{size}/busy"][f"{path}_kept"] = kept
+            print(f"{size}: beside a busy process the old path keeps {result['steps'][f'{size}/busy']['old_kept']:.0%}"
+                  f" of its idle speed, the new {result['steps'][f'{size}/busy']['new_kept']:.0%}")
+    if args.quick or args.only_steps:
+        print(json.dumps(result))
+        return
+
+    print("\nprofile: milliseconds per step by operator family (idle)")
+    profiles = {p: {s: run_worker({"kind": "profile", "path": p, "size": s}, False) for s in SIZES} for p in ("old", "new")}
+    result["profile"] = profiles
+    print(f"{'family':<34}" + "".join(f"{s + ' ' + p:>12}" for s in SIZES for p in ("old", "new")))
+    for fam in profiles["old"]["quick"]:
+        print(f"{fam:<34}" + "".join(f"{profiles[p][s][fam] * 1e3:>12.1f}" for s in SIZES for p in ("old", "new")))
+
+    print(f"\nsweep: the quick Figure 4 sweep, 6 jobs x {args.sweep_steps} steps (wall seconds)")
+    for busy in conditions:
+        label = "busy" if busy else "idle"
+        row = {}
+        for path in ("old", "new"):
+            with tempfile.TemporaryDirectory() as tmp:
+                row[path] = run_worker({"kind": "sweep", "path": path, "steps": args.sweep_steps, "out": tmp}, busy)
+        row["speedup"] = row["old"]["wall_s"] / row["new"]["wall_s"]
+        result["sweep"][label] = row
+        print(f"{label}: old {row['old']['wall_s']:.1f} s ({row['old']['workers']} x {row['old']['threads']} threads), "
+              f"new {row['new']['wall_s']:.1f} s ({row['new']['workers']} workers x {row['new']['threads']} thread)"
+              f": {row['speedup']:.2f}x", flush=True)
+    if not args.no_busy:
+        for path in ("old", "new"):
+            kept = result["sweep"]["idle"][path]["wall_s"] / result["sweep"]["busy"][path]["wall_s"]
+            result["sweep"]["busy"][f"{path}_kept"] = kept
+            print(f"sweep beside a busy process: the {path} path keeps {kept:.0%} of its idle throughput")
     print(json.dumps(result))
 
 

@@ -249,3 +249,87 @@ def test_first_token_is_a_path_when_it_carries_information():
     from stackedheads.circuits.ablate import path_key
 
     assert path_key((3, 0, 0, -1)) == "L3.0 s0->p0"
+
+
+def test_discovery_keeps_a_path_that_breaks_one_position_but_not_the_mean(forced_model):
+    """Issue 12: the budget holds for every chain position, not only for their mean. Removing
+    L0.0's s2->s4 breaks x2 alone: with a tolerance above the mean's rise but below x2's, a
+    search on the mean would drop the path; per position, discovery keeps it."""
+    model, task, val = forced_model
+    found = discover(model, val, task, DiscoverConfig(tolerance=0.6))
+    rows = {r.ablation: r for r in found.table}
+    removed = rows["-L0.0 s2->s4"]
+    assert removed.loss <= sum(found.budgets) / len(found.budgets)  # the mean stays within budget
+    assert removed.partial[1] > found.budgets[1] and removed.partial[0] <= found.budgets[0]  # x2 does not
+    assert (0, 0, 2, 4) in found.circuit.paths()
+    assert found.summary()["serves"]["L0.0 s2->s4"] == [2]
+    assert all(p <= b for p, b in zip(rows["combined"].partial, found.budgets))
+
+
+def test_a_circuit_the_rules_cannot_explain_is_reported_partial(forced_model, monkeypatch):
+    """Without the s+2 rule nothing explains the model's two heads: their rows are kept, the
+    combined ablation makes them uniform, every position breaks, and the circuit is reported
+    partial with the positions and rows named (A3 INCONCLUSIVE, never PASS)."""
+    from stackedheads import claims
+    from stackedheads.circuits import discover as disc
+
+    full = rules.library
+
+    def no_s2(depth, extra=None):
+        return {k: v for k, v in full(depth, extra).items() if k != "s+2"}
+
+    monkeypatch.setattr(disc, "library", no_s2)
+    model, task, val = forced_model
+    found = discover(model, val, task, DiscoverConfig(tolerance=0.05))
+    s = found.summary()
+    assert (1, 0, "query") in found.unexplained and (0, 0, "second") in found.unexplained
+    assert s["over_budget"] == ["x1", "x2"]
+    rows = {r.ablation: r for r in found.table}
+    # Left to the heads, the kept rows keep the loss: only the strict combined ablation shows it.
+    assert all(p <= b for p, b in zip(rows["combined, unexplained rows kept"].partial, found.budgets))
+    assert s["n_useful_heads"] >= 2  # kept heads count as useful
+    train_summary = {"config": {"n_layers": 3, "n_heads": 1, "task": {"chains": 2, "depth": 2}},
+                     "seeds": {"0": {"final_val_loss": s["unablated"]["loss"],
+                                     "final_partial": {f"val_x{j}": p for j, p in enumerate(s["unablated"]["partial"], 1)}}}}
+    a3 = {c.id: c for c in claims.circuit_claims({"train": train_summary, "circuits": {"0": s}})}["A3"]
+    assert a3.verdict == claims.INCONCLUSIVE
+    assert "partial circuit: x1, x2 over budget" in a3.measured and "L1.0 query" in a3.measured
+
+
+def test_redundant_groups_are_minimal_and_repeat():
+    """Step 6 on a stand-in loss: L2 is necessary alone; L0/L1 are stand-ins (a pair); L3-L5
+    are three stand-ins (no pair breaks, the triple does); L6 never matters and is not swept
+    into a group."""
+    from stackedheads.circuits.discover import _useful_paths
+
+    second, query, other = ({"first": U, "second": "s+2", "query": U}, {"first": U, "second": U, "query": "s+2"},
+                            {"first": U, "second": U, "query": "s+1"})
+    circuit = Circuit(2, [HeadSpec(0, 0, dict(second)), HeadSpec(1, 0, dict(second)), HeadSpec(2, 0, dict(query)),
+                          *(HeadSpec(l, 0, dict(query)) for l in (3, 4, 5)), HeadSpec(6, 0, dict(other))])
+    assert candidate_paths(circuit.head(6, 0), 2) == [(0, 1)]
+    pair, triple = {(0, 0, 2), (1, 0, 2)}, {(3, 0, 0), (4, 0, 0), (5, 0, 0)}
+
+    def fits(remove=None):
+        gone = {tuple(r) for r in (remove or [])}
+        return not ((2, 0, 0) in gone or pair <= gone or triple <= gone)
+
+    groups = _useful_paths(circuit, fits)
+    assert sorted(map(sorted, groups)) == [[(0, 0, 2, 4), (1, 0, 2, 4)], [(3, 0, 0, 2), (4, 0, 0, 2), (5, 0, 0, 2)]]
+    assert circuit.head(6, 0).paths == [] and circuit.head(2, 0).paths == [(0, 2)]
+    assert sorted(circuit.paths()) == sorted([(0, 0, 2, 4), (1, 0, 2, 4), (2, 0, 0, 2), (3, 0, 0, 2), (4, 0, 0, 2), (5, 0, 0, 2)])
+
+
+def test_the_diagram_shows_redundant_groups(tmp_path):
+    """Figure 5 style: the paths of a redundant group are drawn dashed and labelled g1."""
+    circuit = Circuit(2, [HeadSpec(0, 0, {"first": U, "second": "s+2", "query": U}, [(2, 4)]),
+                          HeadSpec(1, 0, {"first": U, "second": "s+2", "query": U}, [(2, 4)]),
+                          HeadSpec(2, 0, {"first": U, "second": U, "query": "s+2"}, [(0, 2)])],
+                      info={"redundant_groups": [["L0.0 s2->s4", "L1.0 s2->s4"]]})
+    plot_circuit(circuit, tmp_path / "g")
+    svg = (tmp_path / "g" / "circuit.svg").read_text()  # matplotlib names each text in a comment
+    assert "<!-- L0.0 g1 -->" in svg and "<!-- L1.0 g1 -->" in svg and "<!-- L2.0 -->" in svg
+    assert "1 redundant group(s)" in svg and "stroke-dasharray" in svg
+    plot_circuit(Circuit(2, circuit.heads), tmp_path / "plain")
+    plain = (tmp_path / "plain" / "circuit.svg").read_text()
+    assert "<!-- L0.0 -->" in plain and " g1 -->" not in plain and "redundant" not in plain
+    assert "stroke-dasharray" not in plain

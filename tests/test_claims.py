@@ -62,6 +62,10 @@ SEC7_CASES = {
         NON_IC + [ic(3, s, (0.7, 0.05, 0.05), (None, 300, 400)) for s in (0, 1)],
         {"C2": FAIL},
     ),
+    # x2 learned while x1 never is: evidence against the order, though only one position crosses.
+    "only x2 crosses": (
+        NON_IC + [ic(3, s, (0.7, 0.05, 0.7), (None, 300, None)) for s in (0, 1)], {"C0": FAIL, "C2": FAIL},
+    ),
     "one decided run is not enough": (
         NON_IC + [ic(3, 0, LEARNED, (200, 500, 800)), ic(3, 1, LEARNED, (200, 500, 500))],
         {"C2": INCONCLUSIVE},
@@ -117,6 +121,7 @@ def test_a_partial_sweep_cannot_pass():
 @pytest.mark.parametrize("steps,order", [
     ([1, 2, 3], "in order"), ([1, 2, None], "in order"), ([1, 1, 3], "tie"), ([2, 1, 3], "out of order"),
     ([None, 1, 2], "out of order"), ([1, None, 3], "out of order"), ([1, None, None], "undecided"), ([None] * 3, "undecided"),
+    ([None, 1, None], "out of order"),
 ])
 def test_order_of(steps, order):
     assert claims.order_of(steps) == order
@@ -179,6 +184,18 @@ SEC8_CASES = {
                                  unexplained=[(5, 0, "first")]), {"A2": FAIL},
     ),
     "first head links 2 of 3 pairs": (train(), found(paths=(*PAIR_LINKS[:2], [5, 0, 0, 2], [7, 0, 0, 4])), {"A4": FAIL}),
+    # A head below the pair-linking head has rows no rule explains: it is the first useful head
+    # (kept heads are useful), and what it does is unknown.
+    "an unexplained head below the first head with paths": (
+        train(), found(paths=[[2, 0, s, d] for _, _, s, d in PAIR_LINKS] + [[5, 0, 0, 2], [7, 0, 0, 4], [9, 0, 0, 6]],
+                       unexplained=[(1, 0, "second")]), {"A3": PASS, "A4": INCONCLUSIVE},
+    ),
+    # Two redundant paths (useful only together, Sec. 9.2) are both kept, as a group: with them
+    # the circuit uses 4 heads where 3 suffice (without L6.0 it would be "as few as the theory").
+    "two redundant paths": (
+        train(), found(paths=(*PAIR_LINKS, [5, 0, 0, 2], [6, 0, 0, 2], [9, 0, 0, 6]),
+                       groups=[["L5.0 s0->s2", "L6.0 s0->s2"]]), {"A2": PASS, "A3": PASS, "A5": PASS},
+    ),
     "as few heads as the theory allows": (train(), found(paths=(*PAIR_LINKS, [5, 0, 0, 2], [7, 0, 0, 6])), {"A5": FAIL}),
     "model above 0.01": (train(final=0.02, parts=(0.01, 0.02, 0.03)), found(), {"A1": FAIL, "A3": PASS}),
     # A model that has not learned proves nothing about circuits, whatever the ablations say.
@@ -204,7 +221,10 @@ def test_section8_evidence_is_stated():
     relative = {c.id: c for c in claims.circuit_claims({"train": train(), "circuits": {"0": found(kind="relative")}})}
     assert "unablated loss + 0.04" in relative["A3"].measured
     by = {c.id: c for c in claims.circuit_claims({"train": train(), "circuits": {"0": found(paths=(*PAIR_LINKS[:2], [5, 0, 0, 2]))}})}
-    assert "links 2 of 3 pairs" in by["A4"].measured
+    assert "links 2 of 3 pairs (67%)" in by["A4"].measured and "PASS needs 100%" in by["A4"].measured
+    by = {c.id: c for c in claims.circuit_claims({"train": train(), "circuits": {"0": found(
+        paths=[[2, 0, s, d] for _, _, s, d in PAIR_LINKS], unexplained=[(1, 0, "second")])}})}
+    assert "L1.0" in by["A4"].measured and "no rule explains" in by["A4"].measured
     unlearned = {c.id: c for c in claims.circuit_claims({"train": train(final=0.5, parts=(0.05, 0.7, 0.75)), "circuits": {"0": found()}})}
     assert "has not learned" in unlearned["A3"].measured and "0.15" in unlearned["A3"].measured
 
@@ -260,8 +280,10 @@ SEC9_CASES = {
         {"E2": INCONCLUSIVE, "E3": INCONCLUSIVE},
     ),
     # The issue's example: one path serves x1..x3, so x2 and x3 cannot be timed on their own.
+    # ... and whether that path retrieves x1 "only" cannot be told either.
     "one path serving x1..x3": (
-        timeline({"L4.0 s0->s2": 408}, {"L4.0 s0->s2": [1, 2, 3]}, depth=3, drops=(100, 200, 300)), {"E3": INCONCLUSIVE},
+        timeline({"L4.0 s0->s2": 408}, {"L4.0 s0->s2": [1, 2, 3]}, depth=3, drops=(100, 200, 300)),
+        {"E2": INCONCLUSIVE, "E3": INCONCLUSIVE},
     ),
     "out-of-order emergence": (
         timeline({K1: 3600, K2: 4400, K3: 3920, K4: 5600}, {K1: [1, 2, 3, 4], K2: [2, 3, 4], K3: [3, 4], K4: [4]}),
@@ -326,3 +348,53 @@ def test_claims_command_on_a_sweep_folder(tmp_path):
     assert [c["verdict"] for c in listed] == [written[k]["verdict"] for k in ("C0", "C1", "C2", "C3")]
     r = subprocess.run([sys.executable, "-m", "stackedheads.cli", "claims", str(tmp_path)], capture_output=True, text=True)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_the_paper_preset_carries_the_absolute_threshold(monkeypatch, tmp_path):
+    """App. E: the paper preset's discovery uses the absolute 0.05 per position; CPU twins a
+    budget relative to each position's unablated loss (the report states which)."""
+    from stackedheads import reproduce
+    from stackedheads.circuits import discover
+
+    used = []
+    monkeypatch.setattr(discover, "discover_run", lambda run, out, cfg: used.append(cfg) or {})
+    for name in ("paper", "quick", "smoke"):
+        reproduce._discover(reproduce.PRESETS[name], tmp_path, tmp_path)
+    assert [c.threshold for c in used] == [0.05, None, None]
+    # Absolute: 0.05 for every position; one already above it is named and gets its own + tolerance.
+    assert used[0].budgets([0.01, 0.2]) == ([0.05, pytest.approx(0.24)], ["x2"])
+    assert used[1].budgets([0.01, 0.2]) == ([pytest.approx(0.05), pytest.approx(0.24)], [])
+
+
+def test_the_report_shows_budgets_groups_and_the_timeline(tmp_path):
+    """The report from files alone: verdicts of all four kinds, each position's combined loss
+    beside its budget and the threshold's kind, the redundant groups, and Section 9.2's
+    moments (plateau, each x_j's emergence, the partial-loss drops) in steps and epochs."""
+    import html
+
+    from stackedheads.report import write_report
+
+    run = tmp_path / "run"
+    (run / "emergence" / "timeline" / "seed0").mkdir(parents=True)
+    (run / "emergence" / "discovered" / "seed0").mkdir(parents=True)
+    (run / "emergence" / "runs" / "transformer-D").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"preset": {"name": "paper"}}))
+    t = SEC9_CASES["paper-like, with two redundant induction heads"][0]
+    (run / "emergence" / "timeline" / "seed0" / "timeline.json").write_text(json.dumps(t))
+    f = found(combined=(0.01, 0.02, 0.09), unexplained=[(3, 0, "query")], groups=REDUNDANT)
+    f["losses"] = [{"ablation": "combined", "loss": 0.04, "partial": [0.01, 0.02, 0.09]}]
+    (run / "emergence" / "discovered" / "seed0" / "summary.json").write_text(json.dumps(f))
+    (run / "emergence" / "runs" / "transformer-D" / "summary.json").write_text(json.dumps(train(parts=(0.004, 0.005, 0.006, 0.007))))
+    page = html.unescape((write_report(run)).read_text())
+    listed = json.loads((run / "report" / "claims.json").read_text())
+    verdicts = {c["id"]: c["verdict"] for c in listed}
+    assert verdicts["E1"] == INCONCLUSIVE and verdicts["E3"] == PASS and verdicts["C1"] == NOT_RUN
+    for v in (PASS, INCONCLUSIVE, NOT_RUN):
+        assert f'class="{v.replace(" ", "_")}">{v}<' in page
+    assert "partial circuit</b>, x3 over budget" in page and "absolute 0.05" in page
+    assert "per-position budgets 0.05, 0.05, 0.05" in page and "0.01, 0.02, 0.09" in page
+    assert f"Redundant groups (useful only together): {K1} + {K1B}" in page
+    assert "Emergence timeline, seed 0" in page and "8 steps per epoch" in page
+    assert "first path crosses 0.5 attention: <b>3560 (445)</b>" in page
+    # x2 emerges with its own head (interpolated 3880 = epoch 485; first seen at 3920 = 490).
+    assert f"<td>x2</td><td>{K2}</td><td class=\"num\">3880 (485)</td><td class=\"num\">3920 (490)</td>" in page

@@ -151,7 +151,7 @@ def test_error_echoing_headers_never_shows_the_key(tmp_path, capsys, monkeypatch
     assert code == 1
     assert "HTTP 400" in stderr and one_error(stderr)
     assert "Bearer ***" in stderr  # the echo is there, its value is not
-    assert_nowhere([SECRET], out, stdout, stderr)
+    assert_nowhere([SECRET], tmp_path, stdout, stderr)
 
 
 def test_answers_echoing_headers_and_url_credentials_never_written(tmp_path, capsys, monkeypatch):
@@ -170,7 +170,7 @@ def test_answers_echoing_headers_and_url_credentials_never_written(tmp_path, cap
     assert seen  # the server was asked...
     results = json.loads((out / "results.json").read_text())
     assert results["cells"][0]["accuracy"] == 1.0  # ...answered through the echo...
-    assert_nowhere([SECRET, URL_PASSWORD], out, stdout, stderr)  # ...and nothing leaked
+    assert_nowhere([SECRET, URL_PASSWORD], tmp_path, stdout, stderr)  # ...and nothing leaked
     config = json.loads((out / "config.json").read_text())
     assert config["invocations"][0]["backend"]["base_url"] == f"http://127.0.0.1:{srv.port}/v1"
 
@@ -186,7 +186,7 @@ def test_reproduce_server_error_is_one_line_and_secret_free(tmp_path, capsys, mo
         code, stdout, stderr = run_cli([*args, "--llm-base-url", url], capsys)
     assert code == 1 and "Traceback" not in stderr
     assert one_error(stderr) and "HTTP 401" in stderr
-    assert_nowhere([SECRET, URL_PASSWORD], out, stdout, stderr)
+    assert_nowhere([SECRET, URL_PASSWORD], tmp_path, stdout, stderr)
     port = srv.port
     code, stdout, stderr = run_cli([*args, "--llm-base-url", f"http://127.0.0.1:{port}/v1"], capsys)  # nobody listens now
     assert code == 1 and "Traceback" not in stderr and one_error(stderr)
@@ -204,7 +204,7 @@ def test_reproduce_never_writes_url_credentials(tmp_path, capsys, monkeypatch):
     assert code == 0, stderr
     written = [p.name for p in out.rglob("*") if p.is_file()]
     assert {"samples.jsonl", "config.json", "done.json", "summary.json", "index.html"} <= set(written)
-    assert_nowhere([SECRET, URL_PASSWORD], out, stdout, stderr)
+    assert_nowhere([SECRET, URL_PASSWORD], tmp_path, stdout, stderr)
 
 
 def test_unexpected_error_traceback_is_redacted(capsys, monkeypatch):
@@ -676,3 +676,324 @@ def test_sweep_job_in_a_locked_run_folder_logs_no_attempt(tmp_path, held):
     with pytest.raises(UsageError, match="in use by pid"):
         run_job(job, tmp_path)
     assert not (run_dir(tmp_path, job) / "attempts.jsonl").exists()
+
+
+# --- found in the audit of issue 15 --------------------------------------------------------------------
+# Each test below failed before its fix.
+
+import os  # noqa: E402
+import signal  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+
+from stackedheads import presets  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def ckpt_run(tmp_path_factory):
+    """A tiny finished run with every checkpoint (3 layers, 1 head, D=2)."""
+    from dataclasses import replace
+
+    from stackedheads.train import train
+
+    run = tmp_path_factory.mktemp("ckpt") / "run"
+    train(replace(presets.SEC9_SMOKE, steps=20, ckpt_every=10), run)
+    return run
+
+
+def _copy_run(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+# 1. secrets: every file under the test's folder, not only --out, and everything printed.
+
+
+def test_secret_never_in_any_file_of_the_test_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.chdir(tmp_path)  # anything written relative to the working folder is grepped too
+    with Server(echo_headers(500)) as srv:
+        url = f"http://alice:{URL_PASSWORD}@127.0.0.1:{srv.port}/v1"
+        code, stdout, stderr = run_cli([*BENCH, "--base-url", url, "--out", "run"], capsys)
+    assert code == 1 and one_error(stderr) and "HTTP 500" in stderr
+    assert_nowhere([SECRET, URL_PASSWORD], tmp_path, stdout, stderr)
+
+
+# SIGINT: one line and exit 130, never a traceback (typer turns Ctrl-C into a silent exit 130).
+
+
+def test_sigint_during_train_is_one_line(tmp_path):
+    out = tmp_path / "run"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "stackedheads", "train", "--preset", "smoke", "--steps", "1000000", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline and p.poll() is None:
+        metrics = out / "metrics.csv"
+        if metrics.exists() and metrics.read_text().count("\n") >= 3:  # training is under way
+            break
+        time.sleep(0.2)
+    stderr = ""
+    try:
+        for _ in range(3):  # Python drops a Ctrl-C that lands in a weakref callback: press it again
+            p.send_signal(signal.SIGINT)
+            try:
+                _, stderr = p.communicate(timeout=30)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 130 and "Traceback" not in stderr
+    assert "stackedheads: interrupted" in stderr and "resume" in stderr
+
+
+def test_interrupt_during_reproduce_is_one_line(tmp_path, capsys, monkeypatch):
+    from stackedheads import reproduce
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(reproduce.STAGES, "prompts", interrupted)
+    code, _, stderr = run_cli(["reproduce", "--preset", "smoke", "--out", str(tmp_path / "rep"), "--skip", "llm",
+                               "--skip", "figure4", "--skip", "circuits", "--skip", "emergence"], capsys)
+    assert code == 130 and "Traceback" not in stderr and "stackedheads: interrupted" in stderr
+
+
+# 8. options that fail later must fail before anything is written
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("command", [["train", "--preset", "smoke"], ["sweep", "figure4", "--preset", "smoke"],
+                                     ["sweep", "depth", "--preset", "smoke"]])
+def test_device_cuda_without_cuda_writes_nothing(tmp_path, capsys, command):
+    out = tmp_path / "out"
+    code, _, stderr = run_cli([*command, "--device", "cuda", "--out", str(out)], capsys)
+    assert code == 2 and "no CUDA device" in stderr and one_error(stderr)
+    assert not out.exists()  # so the corrected re-run (--device cpu) is not refused
+
+
+@pytest.mark.parametrize(
+    "llm, message",
+    [
+        (["--llm-backend", "bogus", "--llm-model", "m"], "unknown --llm-backend"),
+        (["--llm-backend", "openai", "--llm-model", "m", "--llm-mode", "bogus", "--llm-base-url", "http://127.0.0.1:9/v1"], "--llm-mode"),
+        (["--llm-backend", "llamacpp", "--llm-model", "nosuchmodel"], "unknown model"),
+        (["--llm-backend", "llamacpp", "--llm-model", "smollm2", "--llm-base-url", "http://127.0.0.1:9/v1"], "--llm-base-url"),
+        (["--llm-backend", "openai", "--llm-model", "m", "--llm-api-key-env", "STACKEDHEADS_NO_SUCH_VAR"], "no API key"),
+    ],
+)
+def test_reproduce_llm_choice_validated_before_writing(tmp_path, capsys, llm, message):
+    out = tmp_path / "rep"
+    code, _, stderr = run_cli(["reproduce", "--preset", "smoke", "--out", str(out), *llm], capsys)
+    assert code == 2 and message in stderr and one_error(stderr)
+    assert not out.exists()
+
+
+# 10. filesystem errors while training: one line, exit 2 (user) or 1 (environment)
+
+
+def test_full_disk_while_checkpointing_is_one_line(tmp_path, capsys, monkeypatch):
+    from safetensors import SafetensorError
+
+    from stackedheads import train as train_mod
+
+    def full(tensors, filename, metadata=None):
+        raise SafetensorError(f'Error while serializing: I/O error: No space left on device (os error 28) at path "{filename}"')
+
+    monkeypatch.setattr(train_mod, "save_file", full)
+    code, _, stderr = run_cli(["train", "--preset", "smoke", "--out", str(tmp_path / "run")], capsys)
+    assert code == 1 and one_error(stderr) and "No space left on device" in stderr
+    assert not list((tmp_path / "run" / "checkpoints").glob("*.tmp"))
+
+
+@pytest.mark.parametrize("err, code", [(errno.EROFS, 2), (errno.ENOSPC, 1)])
+def test_train_state_write_failures_are_one_line(tmp_path, capsys, monkeypatch, err, code):
+    def fail(path, data):
+        raise OSError(err, os.strerror(err), str(path))
+
+    monkeypatch.setattr(storage, "atomic_write_bytes", fail)
+    got, _, stderr = run_cli(["train", "--preset", "smoke", "--out", str(tmp_path / "run")], capsys)
+    assert got == code and one_error(stderr) and "config.json" in stderr
+
+
+# 6, 11. a checkpoint's header (its step and config) is covered by the checksum too
+
+
+def _mangle_header(path: Path, old: bytes, new: bytes) -> None:
+    data = path.read_bytes()
+    assert len(old) == len(new) and old in data
+    path.write_bytes(data.replace(old, new, 1))
+
+
+def test_damaged_checkpoint_header_is_detected(ckpt_run, tmp_path, capsys):
+    from stackedheads.train import checkpoint_path, load_model
+
+    run = _copy_run(ckpt_run, tmp_path / "run")
+    path = checkpoint_path(run, 20)
+    # A config that still parses but describes another model (2 heads of 4 instead of 1 of 8
+    # would read the same weights as another architecture), then one that no longer parses.
+    _mangle_header(path, b'\\"d_head\\": 8', b'\\"d_head\\": 4')
+    with pytest.raises(UsageError, match="checksum"):
+        load_model(path)
+    _mangle_header(path, b'\\"d_head\\": 4', b'\\"d_head\\": x')
+    code, _, stderr = run_cli(["attention", str(run), "--out", str(tmp_path / "maps")], capsys)
+    assert code == 2 and one_error(stderr) and "step_000020" in stderr
+
+
+def test_checkpoint_without_header_checksum_with_bad_config_is_one_line(ckpt_run, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from stackedheads.train import checkpoint_path, load_model
+
+    run = _copy_run(ckpt_run, tmp_path / "run")
+    path = checkpoint_path(run, 20)
+    tensors = load_file(str(path))
+    save_file(tensors, str(path), metadata={"step": "20", "config": '{"task": {"depth": 2'})  # an older file
+    with pytest.raises(UsageError, match="damaged"):
+        load_model(path)
+
+
+# 4, 11. a finished run's summary of the wrong shape is rebuilt, in train and in a sweep
+
+
+def test_summary_of_the_wrong_shape_is_rebuilt(ckpt_run, tmp_path, capsys):
+    run = _copy_run(ckpt_run, tmp_path / "run")
+    good = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text("{}")
+    code, _, stderr = run_cli(["train", "--preset", "sec9-smoke", "--steps", "20", "--ckpt-every", "10", "--out", str(run)], capsys)
+    assert code == 0, stderr
+    assert json.loads((run / "summary.json").read_text())["seeds"] == good["seeds"]
+
+
+def test_sweep_rebuilds_a_damaged_run_summary(ckpt_run, tmp_path):
+    from stackedheads import sweep
+    from stackedheads.executors import Job, run_dir
+    from stackedheads.train import TrainConfig
+
+    cfg = TrainConfig.from_dict(json.loads((ckpt_run / "config.json").read_text()))
+    job = Job("ic-D2-L3", "ic", cfg)
+    folder = _copy_run(ckpt_run, run_dir(tmp_path, job))
+    (folder / "summary.json").write_text("")  # what a full disk used to leave
+    rows = sweep.collect([job], tmp_path)
+    assert rows and rows[0]["layers"] == 3
+    assert json.loads((folder / "summary.json").read_text())["seeds"]
+
+
+# 11. claims and report on damaged stage files: one line
+
+
+def _reproduce_folder(tmp_path: Path) -> Path:
+    from dataclasses import asdict
+
+    from stackedheads.reproduce import PRESETS
+
+    run = tmp_path / "rep"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"preset": asdict(PRESETS["smoke"]), "llm": None}))
+    return run
+
+
+@pytest.mark.parametrize("damage", ["summary", "theory"])
+def test_claims_and_report_on_damaged_stage_files_are_one_line(tmp_path, capsys, damage):
+    run = _reproduce_folder(tmp_path)
+    if damage == "summary":  # valid JSON of the wrong shape
+        train_dir = run / "circuits" / "runs" / "transformers-A-C"
+        train_dir.mkdir(parents=True)
+        (train_dir / "summary.json").write_text('{"seeds": 3}')
+        found = run / "circuits" / "discovered" / "seed0"
+        found.mkdir(parents=True)
+        (found / "summary.json").write_text('{"n_useful_heads": 2}')
+    else:  # a cut-off line
+        (run / "theory").mkdir()
+        (run / "theory" / "theory.jsonl").write_text('{"depth": 1, "min_layers": 1}\n{"depth": 2, "min_la')
+    for command in (["claims", str(run)], ["report", str(run)]):
+        code, _, stderr = run_cli(command, capsys)
+        assert code == 2 and one_error(stderr), stderr
+        assert ("circuits" if damage == "summary" else "theory.jsonl") in stderr
+
+
+# 13. the report shows capped text, and a damaged record does not stop it
+
+
+def test_report_caps_huge_answers_and_skips_damaged_records(tmp_path, capsys):
+    run = _reproduce_folder(tmp_path)
+    bench.run_bench(Fixed("a"), BenchConfig(formulations=("equations", "kingdoms"), depths=(2,), n=3), run / "llm")
+    lines = (run / "llm" / "samples.jsonl").read_text().splitlines()
+    recs = [json.loads(x) for x in lines]
+    recs[0]["draws"][0]["text"] = "y" * 5_000_000  # as an uncapped (older) log stored it
+    recs[0]["prompt"] = "z" * 5_000_000
+    del recs[3]["prompt"]  # a record missing a key the report shows
+    recs[4]["draws"] = "not a list"
+    (run / "llm" / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    code, _, stderr = run_cli(["report", str(run)], capsys)
+    assert code == 0, stderr
+    assert (run / "report" / "index.html").stat().st_size < 500_000
+
+
+def test_report_command_locks_the_reproduce_folder(tmp_path, held, capsys):
+    run = _reproduce_folder(tmp_path)
+    p = held(run)
+    code, _, stderr = run_cli(["report", str(run)], capsys)
+    assert code == 2 and one_error(stderr) and f"in use by pid {p.pid}" in stderr
+    assert not (run / "report").exists()
+
+
+# 11. a circuit that does not describe the run is refused before it measures anything
+
+
+@pytest.mark.parametrize("change", ["depth", "layer"])
+def test_emergence_refuses_a_circuit_of_another_model(ckpt_run, tmp_path, capsys, change):
+    heads = [{"layer": layer, "head": 0, "rules": "uniform", "paths": []} for layer in range(3)]
+    heads[2] = {"layer": 2, "head": 0, "rules": {"first": "s-1", "second": "kept", "query": "uniform"}, "paths": [[1, 0]]}
+    circuit = {"depth": 2, "heads": heads, "info": {}}
+    if change == "depth":  # a circuit of a D=5 run: its indices lie outside this run's sequences
+        circuit["depth"], heads[2]["paths"] = 5, [[9, 0]]
+    else:  # a layer this model does not have
+        heads[2]["layer"] = 7
+    (tmp_path / "c" / "seed0").mkdir(parents=True)
+    (tmp_path / "c" / "seed0" / "circuit.json").write_text(json.dumps(circuit))
+    code, _, stderr = run_cli(["emergence", str(ckpt_run), "--out", str(tmp_path / "e"), "--circuits", str(tmp_path / "c"),
+                               "--seqs", "4"], capsys)
+    assert code == 2 and one_error(stderr) and "circuit.json" in stderr
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"models": [{"model": "a"}]}', '{"models": 3}'])
+def test_damaged_llm_comparison_is_one_line(tmp_path, capsys, content):
+    run = _reproduce_folder(tmp_path)
+    (run / "llm").mkdir()
+    (run / "llm" / "comparison.json").write_text(content)
+    for command in (["claims", str(run)], ["report", str(run)]):
+        code, _, stderr = run_cli(command, capsys)
+        assert code == 2 and one_error(stderr) and "comparison.json" in stderr, stderr
+
+
+@pytest.mark.parametrize("content", ["{}", "[]", '{"wall_s": "soon"}'])
+def test_report_on_a_done_marker_of_the_wrong_shape_is_one_line(tmp_path, capsys, content):
+    run = _reproduce_folder(tmp_path)
+    (run / "theory").mkdir()
+    (run / "theory" / "done.json").write_text(content)
+    code, _, stderr = run_cli(["report", str(run)], capsys)
+    assert code == 2 and one_error(stderr) and "done.json" in stderr, stderr
+
+
+def test_report_on_a_circuit_summary_of_the_wrong_shape_is_one_line(tmp_path, capsys):
+    run = _reproduce_folder(tmp_path)
+    found = run / "circuits" / "discovered" / "seed0"
+    found.mkdir(parents=True)
+    (found / "summary.json").write_text('{"budgets": [0.1]}')  # no losses
+    code, _, stderr = run_cli(["report", str(run)], capsys)
+    assert code == 2 and one_error(stderr) and "circuits" in stderr, stderr
+
+
+def test_few_shot_is_bounded(tmp_path, capsys):
+    """--few-shot 100000000 built a prompt of gigabytes for minutes before asking anything."""
+    code, _, stderr = run_cli([*BENCH, "--few-shot", "100000000", "--base-url", "http://127.0.0.1:9/v1",
+                               "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and one_error(stderr) and "--few-shot" in stderr and not (tmp_path / "o").exists()

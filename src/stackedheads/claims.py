@@ -55,7 +55,15 @@ def read_jsonl(path: Path) -> list[dict]:
     """A stage's JSON-lines file ([] when absent)."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    from stackedheads.errors import UsageError
+
+    try:
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        rows = None
+    if rows is None or not all(isinstance(r, dict) for r in rows):
+        raise UsageError(f"{path} is damaged (a line is not a JSON object): delete its stage's done.json and re-run to rebuild it")
+    return rows
 
 
 def _verdict(ok: bool) -> str:
@@ -80,20 +88,21 @@ def combine(verdicts) -> str:
 def order_of(steps: list[float | None]) -> str:
     """When x1..xD first did something (None: never) as evidence of the chain order (C2, E3, E4).
 
-    ``undecided``: fewer than two positions cross (no order to see). ``out of order``: some
-    x_k crosses strictly before x_j (j < k), or x_k crosses while x_j never does. ``tie``: two
+    ``out of order``: some x_k crosses strictly before x_j (j < k), or x_k crosses while x_j
+    never does (even when x_k is the only one: x2 learned without x1 contradicts the order).
+    ``undecided``: otherwise, fewer than two positions cross (no order to see). ``tie``: two
     positions first seen below the threshold at the same evaluation (they crossed within one
     evaluation interval, or one checkpoint interval). Otherwise ``in order``: strictly increasing.
     """
-    crossed = [s for s in steps if s is not None]
-    if len(crossed) < 2:
-        return "undecided"
     seen_never = False
     for s in steps:
         if s is None:
             seen_never = True
         elif seen_never:
             return "out of order"
+    crossed = [s for s in steps if s is not None]
+    if len(crossed) < 2:
+        return "undecided"
     if any(a > b for a, b in zip(crossed, crossed[1:])):
         return "out of order"
     if any(a == b for a, b in zip(crossed, crossed[1:])):
@@ -268,7 +277,9 @@ def _learned(train: dict, seed: str) -> tuple[bool, str]:
 
 def _budget_text(found: dict) -> str:
     if found.get("threshold_kind") == "absolute":
-        return f"budget: absolute {found['threshold']:.3g} per position (App. E: below 0.05)"
+        over = found.get("model_over_budget") or []
+        return f"budget: absolute {found['threshold']:.3g} per position (App. E: below 0.05)" + (
+            f"; {', '.join(over)} above it unablated get their own loss + {found.get('tolerance', 0):.3g}" if over else "")
     return (f"budget: each position's unablated loss + {found.get('tolerance', 0):.3g} (a CPU twin's relative "
             f"budget; App. E uses an absolute 0.05)")
 
@@ -301,7 +312,18 @@ def _first_head_pairs(found: dict, depth: int) -> tuple[float | None, str]:
     low = min(tuple(h) for h in heads)
     carried = {(src, dst) for l, h, src, dst in found["paths"] if (l, h) == low}
     linked = [k for k in range(1, depth + 1) if (2 * k, 2 * k - 1) in carried]
-    return len(linked) / depth, f"L{low[0]}.{low[1]} links {len(linked)} of {depth} pairs"
+    return len(linked) / depth, f"L{low[0]}.{low[1]} links {len(linked)} of {depth} pairs ({len(linked) / depth:.0%})"
+
+
+def _kept_below(found: dict) -> list[tuple[int, int]]:
+    """Heads with rows no rule explains below the lowest head with useful paths: they count as
+    useful (A2), so the first useful head is one whose job is unknown."""
+    heads = found.get("heads_with_paths") or []
+    kept = sorted({(l, h) for l, h, _ in found.get("unexplained_heads", [])})
+    if not heads:
+        return kept
+    low = min(tuple(h) for h in heads)
+    return [k for k in kept if k < low]
 
 
 def _per_seed(seeds, each) -> tuple[str, str]:
@@ -340,6 +362,8 @@ def circuit_claims(stage: dict | None) -> list[Claim]:
     seeds = sorted(found, key=int)
 
     def a1(s):
+        # The model's own validation MSE (Sec. 8.2), not the circuit's: a partial circuit leaves
+        # A1 as measured and makes A3 INCONCLUSIVE (see _validation).
         v = train["seeds"][s]["final_val_loss"]
         return (PASS if v < 0.01 else FAIL), f"{v:.4f} (paper: < 0.01)"
 
@@ -356,11 +380,17 @@ def circuit_claims(stage: dict | None) -> list[Claim]:
 
     def a4(s):
         frac, text = _first_head_pairs(found[s], depth)
+        text += "; PASS needs 100% (paper: every pair, in all three transformers)"
+        below = _kept_below(found[s])
+        if below:
+            return INCONCLUSIVE, text + (
+                f"; heads below it have rows no rule explains ({', '.join(f'L{l}.{h}' for l, h in below)}): "
+                "the first useful head may be one of them")
         if frac == 1.0:
-            return PASS, text + " (paper: every pair)"
+            return PASS, text
         if found[s]["over_budget"] or found[s]["unexplained_heads"]:
             return INCONCLUSIVE, text + "; the circuit is partial (unexplained rows), the first head may be among them"
-        return FAIL, text + " (paper: every pair)"
+        return FAIL, text
 
     def a5(s):
         f = found[s]
@@ -421,7 +451,12 @@ def emergence_claims(stage: dict | None, timeline_dir: Path | None) -> list[Clai
         text += "; first: " + ", ".join(
             f"{k} (serves {', '.join('x%d' % j for j in t['serves'].get(k, [])) or 'nothing measurable'}; "
             f"new for {', '.join('x%d' % j for j in v) or 'none'})" for k, v in new.items()
-        ) + "; PASS needs it new for x1 and only x1"
+        ) + "; PASS needs it new for x1 and only x1, and every later x_j served by paths of its own"
+        # A first path that is the only path serving x2.. may retrieve them too (one path serving
+        # x1..x3): whether it retrieves x1 "only" cannot be told.
+        alone = [x for j, (x, p) in enumerate(t["positions"].items(), start=1) if j > 1 and not p["new_paths"]]
+        if all(v == [1] for v in new.values()) and alone:
+            return INCONCLUSIVE, text + f" ({', '.join(alone)} served by no path of its own: the first path may retrieve them too)"
         if all(v == [1] for v in new.values()):
             return PASS, text
         if any(v == [1] for v in new.values()) or any(not v for v in new.values()):
@@ -488,12 +523,29 @@ def collect(run: str | Path) -> list[Claim]:
     """Every claim of the paper re-evaluated from the files of the reproduce folder ``run``."""
     run = Path(run)
     return [
-        *llm_claims(_llm_results(run / "llm")),
-        *theory_claims(read_jsonl(run / "theory" / "theory.jsonl")),
-        *figure4_folder_claims(run / "figure4"),
-        *circuit_claims(_stage_from_files(run / "circuits", "transformers-A-C")),
-        *emergence_claims(_stage_from_files(run / "emergence", "transformer-D"), run / "emergence" / "timeline"),
+        *_from_files(run / "llm", lambda: llm_claims(_llm_results(run / "llm"))),
+        *_from_files(run / "theory", lambda: theory_claims(read_jsonl(run / "theory" / "theory.jsonl"))),
+        *_from_files(run / "figure4", lambda: figure4_folder_claims(run / "figure4")),
+        *_from_files(run / "circuits", lambda: circuit_claims(_stage_from_files(run / "circuits", "transformers-A-C"))),
+        *_from_files(run / "emergence", lambda: emergence_claims(
+            _stage_from_files(run / "emergence", "transformer-D"), run / "emergence" / "timeline")),
     ]
+
+
+def _from_files(stage_dir: Path, claims_of) -> list[Claim]:
+    """A stage's claims; a file of the wrong shape (valid JSON that lacks what the claims read)
+    is one line naming the stage, not a traceback."""
+    from stackedheads.errors import UsageError
+
+    try:
+        return claims_of()
+    except UsageError:
+        raise
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+        raise UsageError(
+            f"{stage_dir}: a file has the wrong shape ({type(e).__name__}: {str(e)[:80]}); "
+            f"delete {stage_dir / 'done.json'} and re-run to rebuild the stage"
+        ) from None
 
 
 def folder_claims(folder: str | Path) -> list[Claim]:

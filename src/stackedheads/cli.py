@@ -16,6 +16,7 @@ from rich.table import Table
 from typer.exceptions import TyperException
 
 from stackedheads.errors import UsageError
+from stackedheads.perf import set_openmp_policy
 
 app = typer.Typer(
     name="stackedheads",
@@ -114,6 +115,21 @@ def _progress(description: str):
     return bar, factory
 
 
+THREADS_HELP = (
+    "torch threads per training process (default: OMP_NUM_THREADS if set, else every core the process may "
+    "use, at most 4 beside a GPU; results are the same for any count)."
+)
+WORKERS_HELP = "Local jobs trained at once, each in its own process (default: one per core on the CPU, one on a GPU)."
+
+
+def _apply_threads(threads: int | None, device: str) -> None:
+    from stackedheads.perf import apply_threads
+
+    if threads is not None and threads < 1:
+        raise UsageError(f"--threads must be >= 1, got {threads}")
+    apply_threads(threads, device)
+
+
 def _seeds(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.split(",") if x.strip())
@@ -162,6 +178,7 @@ def train_cmd(
     ckpt_every: Optional[int] = typer.Option(None, "--ckpt-every", help="Checkpoint every this many steps."),
     device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="float32 or bfloat16 (autocast)."),
+    threads: Optional[int] = typer.Option(None, "--threads", help=THREADS_HELP),
 ) -> None:
     """Train an ensemble of GPT-2-style transformers on the vector task (Section 7.1)."""
     from dataclasses import replace
@@ -182,6 +199,7 @@ def train_cmd(
         "seeds": _seeds(seeds) if seeds is not None else None, "mlp": False if no_mlp else None,
     }
     cfg = replace(base, task=task, **{k: v for k, v in over.items() if v is not None})
+    _apply_threads(threads, cfg.device)
     bar, factory = _progress(f"train {out.name}")
     with bar:
         summary = train(cfg, out, progress=factory(f"train {out.name}"))
@@ -210,6 +228,8 @@ def sweep_figure4_cmd(
     executor: str = typer.Option("local", "--executor", help="local (in-process) or ray."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address, or 'auto'; default: a local cluster."),
     ray_cpus_per_job: float = typer.Option(1.0, "--ray-cpus-per-job", help="CPUs each Ray task asks for."),
+    workers: Optional[int] = typer.Option(None, "--workers", help=WORKERS_HELP),
+    threads: Optional[int] = typer.Option(None, "--threads", help=THREADS_HELP),
 ) -> None:
     """IC vs non-IC over layers x seeds: summary.csv, Figure 4 and the claims of Section 7.2."""
     from stackedheads import sweep
@@ -221,7 +241,7 @@ def sweep_figure4_cmd(
     # Local jobs report every step; Ray tasks run elsewhere, so count finished jobs instead.
     per_step = (lambda job: factory(job.name)) if executor == "local" else None
     jobs_bar = factory("jobs") if executor != "local" else None
-    runner = make_executor(executor, ray_address, progress_factory=per_step, **ray_options)
+    runner = make_executor(executor, ray_address, progress_factory=per_step, workers=workers, threads=threads, **ray_options)
     with bar:
         result = sweep.run_figure4(
             spec, out, runner, on_done=(lambda job, i, n: jobs_bar(i, n)) if jobs_bar else None
@@ -242,6 +262,8 @@ def sweep_depth_cmd(
     executor: str = typer.Option("local", "--executor", help="local (in-process) or ray."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address, or 'auto'; default: a local cluster."),
     ray_cpus_per_job: float = typer.Option(1.0, "--ray-cpus-per-job", help="CPUs each Ray task asks for."),
+    workers: Optional[int] = typer.Option(None, "--workers", help=WORKERS_HELP),
+    threads: Optional[int] = typer.Option(None, "--threads", help=THREADS_HELP),
 ) -> None:
     """Beyond the paper: IC runs over D x layers, the depth phase diagram beside the exact theory, claims D1-D2."""
     from stackedheads import depth
@@ -259,7 +281,7 @@ def sweep_depth_cmd(
     ray_options = {"cpus_per_job": ray_cpus_per_job} if executor == "ray" else {}
     per_step = (lambda job: factory(job.name)) if executor == "local" else None
     jobs_bar = factory("jobs") if executor != "local" else None
-    runner = make_executor(executor, ray_address, progress_factory=per_step, **ray_options)
+    runner = make_executor(executor, ray_address, progress_factory=per_step, workers=workers, threads=threads, **ray_options)
     with bar:
         result = depth.run_depth(spec, out, runner, on_done=(lambda job, i, n: jobs_bar(i, n)) if jobs_bar else None)
     layers_table, claims_table = depth.tables(result)
@@ -328,11 +350,17 @@ def circuit_discover_cmd(
     found = discover_run(run_dir, out, checkpoint=checkpoint, cfg=DiscoverConfig(tolerance=tolerance, threshold=threshold))
     for seed, d in found.items():
         s = d.summary()
-        Console().print(_loss_table(d.table, f"seed {seed}: threshold {d.threshold:.4f}"))
+        from stackedheads.claims import _budget_text
+
+        Console().print(_loss_table(d.table, f"seed {seed}: {_budget_text(s)}"))
         console.print(
             f"seed {seed}: useful heads {[tuple(h) for h in s['useful_heads']]} ({s['n_useful_heads']}; "
             f"theoretical minimum {s['theory_min_heads']}), unexplained {s['unexplained_heads']}"
         )
+        if s["redundant_groups"]:
+            console.print(f"seed {seed}: redundant groups (useful only together): {s['redundant_groups']}")
+        if s["over_budget"]:
+            console.print(f"seed {seed}: partial circuit: {', '.join(s['over_budget'])} over budget under the combined ablation")
     console.print(f"circuits: {out}/seed*/circuit.json")
 
 
@@ -347,16 +375,23 @@ def emergence_cmd(
     from stackedheads.emergence import emergence_run
 
     summary = emergence_run(run_dir, out, circuits, n_seqs=seqs)
+    per = summary["steps_per_epoch"]  # the paper's epochs (Sec. 9.1: 8 steps each for sec9)
     table = Table(title="emergence: first step with mean attention > 0.5")
-    for col in ("seed", "path", "step"):
+    for col in ("seed", "path", "step", "epoch"):
         table.add_column(col)
     for seed, s in summary["seeds"].items():
         for key, step in s["emerged"].items():
-            table.add_row(str(seed), key, "never" if step is None else f"{step:.0f}")
+            table.add_row(str(seed), key, "never" if step is None else f"{step:.0f}", "-" if step is None else f"{step / per:.0f}")
     Console().print(table)
     for seed, s in summary["seeds"].items():
-        shown = ", ".join(f"{x} {'-' if p['step'] is None else round(p['step'])}" for x, p in s["positions"].items())
-        console.print(f"seed {seed}: positions emerge {s['order']} ({shown})")
+        shown = ", ".join(
+            f"{x} " + ("-" if p["step"] is None else f"step {p['step']:.0f} (epoch {p['epoch']:.0f})") for x, p in s["positions"].items()
+        )
+        plateau = s["plateau_steps"]
+        console.print(
+            f"seed {seed}: positions emerge {s['order']} ({shown}); plateau before the first path: "
+            + ("no path emerged" if plateau is None else f"{plateau:.0f} steps = {plateau / per:.0f} epochs (paper: 450 epochs)")
+        )
     o = summary["ordering"]
     console.print(f"x1, x2, ... emerge strictly in order in {o['in_order']} of {o['decided']} decided runs (of {o['runs']}; {o['counts']})")
 
@@ -377,6 +412,8 @@ def reproduce_cmd(
     llm_concurrency: int = typer.Option(1, "--llm-concurrency", help="llm stage, openai: questions in flight."),
     llm_threads: Optional[int] = typer.Option(None, "--llm-threads", help="llm stage, llamacpp/hf: CPU threads."),
     skip: list[str] = typer.Option([], "--skip", help="A stage to leave out (repeatable): theory, prompts, llm, figure4, circuits, emergence."),
+    workers: Optional[int] = typer.Option(None, "--workers", help=WORKERS_HELP),
+    threads: Optional[int] = typer.Option(None, "--threads", help=THREADS_HELP),
 ) -> None:
     """Run every stage of the paper into one folder (resumable), then write the HTML report."""
     from stackedheads.claims import claims_table, collect
@@ -388,7 +425,7 @@ def reproduce_cmd(
     choice = None
     if llm_backend is not None:
         choice = LLMChoice(llm_backend, llm_model, llm_mode, llm_base_url, llm_api_key_env, llm_concurrency, llm_threads)
-    runner = make_executor(executor, ray_address)  # validates the pair
+    runner = make_executor(executor, ray_address, workers=workers, threads=threads)  # validates the options
     if executor == "local":
         runner = None  # reproduce trains local jobs itself, with a bar per job
     bar, factory = _progress("reproduce")
@@ -401,7 +438,8 @@ def reproduce_cmd(
 
     with bar:
         summary = reproduce(
-            preset, out, progress=progress, executor=runner, device=device, dtype=dtype, llm=choice, skip=tuple(skip)
+            preset, out, progress=progress, executor=runner, device=device, dtype=dtype, llm=choice, skip=tuple(skip),
+            workers=workers, threads=threads,
         )
     table = Table(title=f"reproduce --preset {preset}")
     for col in ("stage", "wall time", "state"):
@@ -436,10 +474,13 @@ def report_cmd(
 ) -> None:
     """Write DIR/report/index.html: claims vs measurements, every figure, configs and versions (offline)."""
     from stackedheads.report import write_report
+    from stackedheads.storage import FolderLock
 
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir} is not a folder")
-    console.print(f"report: {write_report(run_dir)}")
+    with FolderLock(run_dir, "report"):  # not while `reproduce` writes the folder (and its report)
+        path = write_report(run_dir)
+    console.print(f"report: {path}")
 
 
 def _register_llm() -> None:
@@ -478,6 +519,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"stackedheads: error: {redact(' '.join(msg.split()))}", file=sys.stderr)
         sys.exit(code)
 
+    set_openmp_policy()  # before any command imports torch (stackedheads.perf says why)
+
     try:
         rv = app(args=argv, standalone_mode=False)
     except (UsageError, TyperException) as e:
@@ -487,8 +530,7 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(0)
         fail(msg, 2)
     except (typer.Abort, KeyboardInterrupt):
-        print("stackedheads: interrupted", file=sys.stderr)
-        sys.exit(130)
+        rv = 130
     except BackendError as e:  # a server or model failed for good, e.g. during `reproduce`
         fail(f"{e} (answered questions are kept; re-run to resume)", 1)
     except OSError as e:
@@ -498,6 +540,8 @@ def main(argv: list[str] | None = None) -> None:
 
         sys.stderr.write(redact(traceback.format_exc()))
         sys.exit(1)
+    if rv == 130:  # Ctrl-C: typer returns 130 without a word, so say it here
+        print("stackedheads: interrupted; run the same command again to resume", file=sys.stderr)
     sys.exit(rv if isinstance(rv, int) else 0)
 
 

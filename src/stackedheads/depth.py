@@ -45,7 +45,7 @@ from stackedheads.executors import Executor, Job, LocalExecutor, run_dir
 from stackedheads.plots import save_figure
 from stackedheads.storage import FolderLock, atomic_write_json, atomic_write_text, read_state_json
 from stackedheads.sweep import cross_threshold
-from stackedheads.train import TrainConfig, read_metrics, read_summary, run_is_complete
+from stackedheads.train import TrainConfig, check_device, read_metrics, read_summary, run_is_complete
 
 # The verdicts issue (12) adds INCONCLUSIVE to stackedheads.claims; the fallback keeps this
 # module working on a tree without it. Import it directly once issue 12 is committed.
@@ -538,6 +538,9 @@ def run_depth(
     ``on_done(job, finished, total)`` is called as each remaining job finishes.
     """
     out = Path(out)
+    if executor is None or isinstance(executor, LocalExecutor):  # Ray jobs may run where CUDA is
+        for device in {j.config.device for j in spec.jobs()}:
+            check_device(device)  # before depth.json records the grid
     with FolderLock(out, "a depth sweep"):
         want = check_folder(spec, out)
         atomic_write_json(out / SPEC_FILE, want)

@@ -282,11 +282,20 @@ def _emergence_locked(run_dir: Path, out: Path, circuits_dir, n_seqs: int, cfg: 
     if circuits_dir is None:
         circuits_dir = out / "circuits"
         discover_run(run_dir, circuits_dir)
+    from types import SimpleNamespace
+
+    from stackedheads.circuits.ablate import check_shape
+
+    shape = SimpleNamespace(config=cfg.model_config())  # check_shape reads n_layers and n_heads
     circuits = {}
     for seed in cfg.seeds:
         p = Path(circuits_dir) / f"seed{seed}" / "circuit.json"
         if p.exists():
             circuits[seed] = Circuit.load(p)
+            try:  # a circuit of another model would index heads or tokens this run lacks
+                check_shape(circuits[seed], shape, cfg.task)
+            except UsageError as e:
+                raise UsageError(f"{p} does not describe {run_dir}: {e}") from None
     if not circuits:
         raise UsageError(f"no circuit.json for any seed of {run_dir} under {circuits_dir}")
     timelines = timeline(run_dir, circuits, n_seqs)

@@ -164,13 +164,66 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.empty(n_members, d))
 
     def forward(self, x: Tensor) -> Tensor:  # x: (E, B, T, d)
-        if x.shape[0] == 1:
-            # One member: the fused kernel applies the gain and bias in the same pass over x
-            # (the residual stream is the largest tensor; each extra pass is bandwidth).
-            return F.layer_norm(x, x.shape[-1:], self.weight[0], self.bias[0], LN_EPS)
-        shape = (x.shape[0],) + (1,) * (x.ndim - 2) + (x.shape[-1],)  # broadcast over B, T
-        # Per-member gains cannot go into F.layer_norm; addcmul is one pass instead of two.
-        return torch.addcmul(self.bias.view(shape), F.layer_norm(x, x.shape[-1:], eps=LN_EPS), self.weight.view(shape))
+        return _MemberLayerNorm.apply(x, self.weight, self.bias)
+
+
+class _MemberLayerNorm(torch.autograd.Function):
+    """LayerNorm with a gain and bias per ensemble member, fast and thread-count invariant.
+
+    Forward: PyTorch's fused kernel, with the gain and bias inside it for one member; for
+    several, the kernel normalises and ``addcmul`` applies each member's gain and bias (one
+    pass; per-member gains cannot go into ``F.layer_norm``).
+    Backward: the fused kernel gives the input gradient; the gain and bias gradients are column
+    sums over every row, taken by :func:`column_sum` in an order that does not depend on the
+    number of threads (PyTorch's own LayerNorm backward and broadcast reductions split such
+    sums per thread, so a run's bits depended on its thread count).
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        E, d = x.shape[0], x.shape[-1]
+        if E == 1:
+            out, mean, rstd = torch.native_layer_norm(x, (d,), weight[0], bias[0], LN_EPS)
+        else:
+            xhat, mean, rstd = torch.native_layer_norm(x, (d,), None, None, LN_EPS)
+            shape = (E,) + (1,) * (x.ndim - 2) + (d,)  # broadcast over B, T
+            out = torch.addcmul(bias.view(shape), xhat, weight.view(shape))
+        ctx.save_for_backward(x, mean, rstd, weight)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
+        x, mean, rstd, weight = ctx.saved_tensors
+        E, d = x.shape[0], x.shape[-1]
+        shape = (E,) + (1,) * (x.ndim - 2) + (d,)
+        grad_x = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:
+            # One member: its gain goes into the fused kernel; several: scale the gradient first.
+            g, w = (grad, weight[0]) if E == 1 else (grad * weight.view(shape), None)
+            grad_x = torch.ops.aten.native_layer_norm_backward(g, x, (d,), mean, rstd, w, None, (True, False, False))[0]
+        if ctx.needs_input_grad[1]:
+            grad_xhat = torch.addcmul(-mean * rstd, x, rstd).mul_(grad)  # xhat = x rstd - mean rstd; * grad
+            grad_w = column_sum(grad_xhat.view(E, -1, d))
+        if ctx.needs_input_grad[2]:
+            grad_b = column_sum(grad.reshape(E, -1, d))
+        return grad_x, grad_w, grad_b
+
+
+def column_sum(x: Tensor, rows_per_chunk: int = 64) -> Tensor:
+    """``x.sum(dim=1)`` for x: (E, R, d), in an order fixed by the shape alone.
+
+    Rows are summed in chunks of ``rows_per_chunk`` (many outputs: PyTorch splits the work
+    across outputs, never inside one sum), then the chunk sums are summed again the same way,
+    until one row is left. Zero rows pad R to a multiple of the chunk (they add nothing).
+    """
+    E, _, d = x.shape
+    while x.shape[1] > 1:
+        rows = x.shape[1]
+        chunks = -(-rows // rows_per_chunk)
+        if chunks * rows_per_chunk != rows:
+            x = torch.cat([x, x.new_zeros(E, chunks * rows_per_chunk - rows, d)], dim=1)
+        x = x.view(E, chunks, rows_per_chunk, d).sum(dim=2)
+    return x[:, 0]
 
 
 class Attention(nn.Module):
@@ -299,7 +352,7 @@ class EnsembleTransformer(nn.Module):
     member -- returns (E, B, n_queries, d_out): the readout at the last n_queries positions.
 
     Training note: to keep members independent, sum the per-member losses (e.g.
-    ``((y_hat - y) ** 2).mean(dim=(1, 2, 3)).sum()``) rather than averaging over E, and
+    :func:`stackedheads.train.member_mse`) rather than averaging over E, and
     clip gradients per member (:func:`clip_grad_norm_per_member_`), never jointly.
     """
 
@@ -507,12 +560,21 @@ def clip_grad_norm_per_member_(model: EnsembleTransformer, max_norm: float) -> T
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     if not grads:
         return torch.zeros(model.n_members)
-    sq = torch.stack([g.float().pow(2).flatten(1).sum(dim=1) for g in grads])  # (P, E)
+    sq = torch.stack([_member_sum(g.float().pow(2)) for g in grads])  # (P, E)
     norms = sq.sum(dim=0).sqrt()  # (E,)
     scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)
     for g in grads:
         g.mul_(scale.to(g.dtype).view(-1, *([1] * (g.ndim - 1))))
     return norms
+
+
+def _member_sum(t: Tensor) -> Tensor:
+    """Sum of everything but the member axis, ``(E,)``, one axis at a time from the last: each
+    step keeps many outputs, so PyTorch never splits one sum across threads (bit-identical
+    results for any thread count)."""
+    while t.ndim > 1:
+        t = t.sum(dim=-1)
+    return t
 
 
 def count_parameters(config: ModelConfig) -> int:

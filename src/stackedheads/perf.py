@@ -1,9 +1,10 @@
-"""Process-level settings that make CPU training fast.
+"""Process-level settings that make CPU training fast: the allocator, the thread count and
+the OpenMP spin policy.
 
 Training allocates the same large activation tensors at every step. glibc serves blocks above
 its mmap threshold (at most 32 MiB) with fresh ``mmap`` calls and gives them back on free, so
 every step page-faults its activations in again: at paper sizes with an 8-member ensemble that
-was 4.4 million minor faults and 9 s of kernel time per step (``benchmarks/train_throughput.py``),
+was 4.4 million minor faults and 9 s of kernel time per step (``benchmarks/ensemble_vs_loop.py``),
 more than the arithmetic. Serving every block from the heap and keeping freed memory there
 removes that cost; the price is that the process keeps its peak memory until it exits.
 """
@@ -12,7 +13,10 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import sys
+import time
+from pathlib import Path
 
 _M_TRIM_THRESHOLD = -1  # mallopt parameter numbers from glibc's malloc.h
 _M_MMAP_MAX = -4
@@ -38,3 +42,99 @@ def keep_freed_memory() -> bool:
     ok = mallopt(_M_MMAP_MAX, 0) == 1 and mallopt(_M_TRIM_THRESHOLD, -1) == 1
     _state["done"] = ok
     return ok
+
+
+# --- threads ------------------------------------------------------------------------------------
+# torch's CPU kernels run on libgomp threads that spin-wait between parallel regions (300,000
+# spins by default). When another process holds one of a 2-core machine's cores, the spinning
+# thread burns the core its partner needs and a 2-thread step ran 3.0x slower (quick preset, 300
+# steps: 14.3 s idle, 42.8 s beside `yes`). With 1,000 spins it took 14.4 s idle and 26.8 s busy
+# (54% of the idle throughput); OMP_WAIT_POLICY=PASSIVE took 23.0 s busy but 17.5 s idle.
+# benchmarks/train_throughput.py measures it (idle and beside a busy process).
+SPINCOUNT = "1000"
+# Beside a GPU the CPU only feeds it: four sec9 trainings that each took every core of a 16-core
+# host ran 37x slower than one; with 4 threads each, three ran as fast as one alone (issue 17).
+GPU_HOST_THREADS = 4
+
+
+def openmp_env(threads: int | None = None) -> dict[str, str]:
+    """The OpenMP variables a process we start gets: the spin policy above unless the user set
+    one, and ``OMP_NUM_THREADS`` when ``threads`` is given. libgomp reads them once, when torch
+    loads it, so they must be in place before ``import torch``."""
+    env = {}
+    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+        env["GOMP_SPINCOUNT"] = SPINCOUNT
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
+def set_openmp_policy() -> None:
+    """Apply :func:`openmp_env` to this process (before torch is imported; the CLI does)."""
+    os.environ.update(openmp_env())
+
+
+def available_cores() -> int:
+    """CPUs this process may run on: its affinity mask, capped by a cgroup v2 CPU quota."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        n = os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            n = min(n, max(1, int(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, n)
+
+
+def busy_cores(interval: float = 0.1) -> float:
+    """How many cores other work keeps busy now, from two readings of ``/proc/stat`` (Linux;
+    0 elsewhere). Read before training starts, while this process itself is idle."""
+    def ticks() -> tuple[int, int]:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        return sum(fields), idle
+
+    try:
+        total0, idle0 = ticks()
+        time.sleep(interval)
+        total1, idle1 = ticks()
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    if total1 <= total0:
+        return 0.0
+    return (1 - (idle1 - idle0) / (total1 - total0)) * (os.cpu_count() or 1)
+
+
+def default_threads(device: str, cores: int | None = None) -> int:
+    """Intra-op threads for a training process given ``cores``: at most
+    :data:`GPU_HOST_THREADS` when a GPU does the arithmetic; on the CPU, every core that other
+    work leaves idle when training starts (given ``cores``: all of them; the caller shares them).
+
+    Why leave busy cores out: two threads beside a busy process kept 45% of their idle speed
+    (quick preset, spin policy above), one thread 62%; on an idle machine two are 1.6x faster.
+    Thread counts 1 and 2 give bit-identical results, so the choice changes speed only.
+    """
+    if cores is not None:
+        return min(cores, GPU_HOST_THREADS) if device.startswith("cuda") else cores
+    n = available_cores()
+    if device.startswith("cuda"):
+        return min(n, GPU_HOST_THREADS)
+    return max(1, n - round(busy_cores()))
+
+
+def apply_threads(threads: int | None, device: str = "cpu") -> int:
+    """Set torch's intra-op thread count: ``threads`` if given, else what ``OMP_NUM_THREADS``
+    says (the user's override), else :func:`default_threads`. Results do not depend on it
+    (bit-identical across thread counts, tested). Returns the count in effect."""
+    import torch
+
+    if threads is None and os.environ.get("OMP_NUM_THREADS"):
+        return torch.get_num_threads()
+    n = threads if threads is not None else default_threads(device)
+    if n < 1:
+        raise ValueError(f"threads must be >= 1, got {n}")
+    torch.set_num_threads(n)
+    return n

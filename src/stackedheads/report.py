@@ -41,6 +41,7 @@ SECTIONS = [
     ("sec9", claims_mod.SEC9),
 ]
 SAMPLES_PER_FORMULATION = 2
+SAMPLE_DRAWS = 10  # draws shown per sample (the benchmark's default max_draws)
 
 
 @dataclass(frozen=True)
@@ -86,20 +87,35 @@ def _seed_of(path: Path) -> str:
     return next((p[4:] for p in path.parts if p.startswith("seed")), "?")
 
 
+def _capped(text: object, limit: int) -> str:
+    """Text from a log as the report shows it: at most ``limit`` characters (a samples.jsonl
+    written before answers were capped, or by another program, must not bloat the report)."""
+    text = str(text)
+    return text if len(text) <= limit else text[:limit] + f"...[{len(text) - limit} more characters dropped]"
+
+
 def _llm_samples(records: list[dict]) -> list[dict]:
-    """A few answered questions per formulation: the question's last line and the draws."""
+    """A few answered questions per formulation: the question's last line and the draws.
+    A record without what is shown here (a damaged line) is skipped."""
+    from stackedheads.llm.backends import MAX_TEXT_CHARS
+
     shown: Counter[str] = Counter()
     out = []
     for r in records:
+        prompt, draws = r.get("prompt"), r.get("draws")
+        if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
+            prompt = prompt[-1].get("content")
+        if not (isinstance(prompt, str) and isinstance(draws, list) and all(isinstance(d, dict) for d in draws)
+                and "answer" in r and "correct" in r):
+            continue
         if shown[r["formulation"]] >= SAMPLES_PER_FORMULATION:
             continue
         shown[r["formulation"]] += 1
-        prompt = r["prompt"] if isinstance(r["prompt"], str) else r["prompt"][-1]["content"]
         out.append({
             "formulation": r["formulation"],
-            "tail": prompt.strip().splitlines()[-1] if prompt.strip() else "",
-            "draws": [d["text"] for d in r["draws"]],
-            "answer": r["answer"],
+            "tail": _capped(prompt.strip().splitlines()[-1] if prompt.strip() else "", MAX_TEXT_CHARS),
+            "draws": [_capped(d.get("text", ""), MAX_TEXT_CHARS) for d in draws[:SAMPLE_DRAWS]],
+            "answer": _capped(r["answer"], 200),
             "correct": r["correct"],
         })
     return out
@@ -108,6 +124,7 @@ def _llm_samples(records: list[dict]) -> list[dict]:
 def _llm_section(folder: Path) -> dict | None:
     """Section 4: per model, its identity, its cells at the paper's depths and by D, a few
     sample answers; the D columns of the depth tables."""
+    from stackedheads.llm.bench import load_records
     from stackedheads.llm.compare import DEPTH_FORMULATIONS, load_comparison
     from stackedheads.tasks.prompts import FORMULATIONS
 
@@ -124,7 +141,7 @@ def _llm_section(folder: Path) -> dict | None:
             "identity": m["identity"],
             "rows": [per_f[f] for f in FORMULATIONS if f in per_f],
             "per_depth": m["per_depth"],
-            "samples": _llm_samples(_jsonl(Path(m["folder"]) / "samples.jsonl")) if m.get("folder") else [],
+            "samples": _llm_samples(list(load_records(Path(m["folder"]) / "samples.jsonl").values())) if m.get("folder") else [],
         })
     depths = {
         f: ds for f in DEPTH_FORMULATIONS
@@ -143,6 +160,8 @@ def _stages(run: Path) -> tuple[list[dict], str]:
             state = "in progress" if (run / name).exists() else "not run"
             rows.append({"name": name, "wall": "-", "state": state})
             continue
+        if not isinstance(done, dict) or not isinstance(done.get("wall_s"), (int, float)):  # written last: damage
+            raise UsageError(f"{run / name / 'done.json'} is damaged (no wall_s): delete it to run the {name} stage again (it resumes)")
         total += done["wall_s"]
         rows.append({"name": name, "wall": _duration(done["wall_s"]), "state": "done"})
     return rows, _duration(total)
@@ -192,10 +211,12 @@ def write_report(run_dir: str | Path) -> Path:
     claims = claims_mod.collect(run)
     counts = Counter({v: 0 for v in claims_mod.VERDICTS})
     counts.update(c.verdict for c in claims)
-    circuit_tables = _circuit_tables(circ / "discovered")
-    emergence_tables = _circuit_tables(emer / "discovered")
+    shaped = claims_mod._from_files  # a file of the wrong shape: one line naming its stage
+    circuit_tables = shaped(circ, lambda: _circuit_tables(circ / "discovered"))
+    emergence_tables = shaped(emer, lambda: _circuit_tables(emer / "discovered"))
+    timelines = shaped(emer, lambda: _timeline_tables(emer / "timeline"))
     stages, total = _stages(run)
-    llm = _llm_section(run / "llm")
+    llm = shaped(run / "llm", lambda: _llm_section(run / "llm"))
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("stackedheads", "templates"),
         autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=False,
@@ -216,6 +237,7 @@ def write_report(run_dir: str | Path) -> Path:
         figures=figures,
         circuit_tables=circuit_tables,
         emergence_tables=emergence_tables,
+        timelines=timelines,
         stages=stages,
         configs=_configs(run),
     )
@@ -238,6 +260,41 @@ def _circuit_tables(discovered: Path) -> list[dict]:
             "budget_text": claims_mod._budget_text(found), "groups": found.get("redundant_groups", []),
             "unexplained": found.get("unexplained_heads", []), "over": found.get("over_budget", []),
             "n_check": found.get("n_check"),
+        })
+    return out
+
+
+def _timeline_tables(folder: Path) -> list[dict]:
+    """Per seed, Section 9.2's checkable moments from ``timeline.json``, in steps and the
+    paper's epochs: the plateau before the first path, when each x_j emerges (its new paths
+    cross 0.5 attention), each path's crossing, and when each partial loss drops (Fig. 6 right)."""
+
+    def when(step, per):
+        return "never" if step is None else f"{step:.0f} ({step * per:.0f})"
+
+    out = []
+    for p in sorted(folder.glob("seed*/timeline.json")):
+        t = _json(p)
+        if not t or "positions" not in t:
+            continue
+        per = t["epochs"][-1] / t["steps"][-1] if t["steps"] and t["steps"][-1] else 0.0
+        out.append({
+            "seed": p.parent.name[4:],
+            "steps_per_epoch": (1 / per) if per else None,
+            "plateau": "no path crossed 0.5 attention" if t["plateau_steps"] is None else when(t["plateau_steps"], per),
+            "order": t["order"], "loss_drop_order": t["loss_drop_order"],
+            "positions": [
+                {"x": x, "new_paths": ", ".join(q["new_paths"]) or "none", "status": q["status"],
+                 "seen": when(q["seen"], per), "step": when(q["step"], per),
+                 "drop": when(t["loss_drops"].get(x), per)}
+                for x, q in t["positions"].items()
+            ],
+            "paths": [
+                {"key": k, "serves": ", ".join(f"x{j}" for j in t["serves"].get(k, [])) or "nothing measurable",
+                 "step": when(t["emerged"][k], per), "seen": when(t["emerged_seen"].get(k), per)}
+                for k in t["emerged"]
+            ],
+            "groups": t.get("groups", []),
         })
     return out
 

@@ -55,6 +55,34 @@ class LLMChoice:
         if self.threads is not None and self.threads < 1:
             raise UsageError(f"--llm-threads must be >= 1, got {self.threads}")
 
+    def check(self) -> None:
+        """Refuse now what would stop the llm stage at once: config.json records the choice
+        before the stages run, and a corrected re-run must not find another choice there."""
+        import importlib.util
+        import os
+
+        from stackedheads.llm.backends import BACKENDS, MODES
+
+        if self.backend not in BACKENDS:
+            raise UsageError(f"unknown --llm-backend {self.backend!r}; choose one of: {', '.join(BACKENDS)}")
+        if self.mode is not None and self.mode not in MODES:
+            raise UsageError(f"unknown --llm-mode {self.mode!r}; choose chat or completion")
+        names = llm_models(self)
+        module = {"openai": "openai", "llamacpp": "llama_cpp", "hf": "transformers"}[self.backend]
+        if importlib.util.find_spec(module) is None:
+            raise UsageError(f"--llm-backend {self.backend} needs {module}: pip install 'stackedheads[llm]'")
+        if self.backend != "openai":
+            if self.base_url is not None or self.concurrency > 1:
+                raise UsageError(f"--llm-base-url and --llm-concurrency apply to --llm-backend openai, not {self.backend}")
+        elif self.base_url is None and not os.environ.get(self.api_key_env):
+            raise UsageError(f"no API key for the llm stage: set ${self.api_key_env}, or give --llm-base-url for a local server")
+        if self.backend == "llamacpp":
+            from stackedheads.llm.models import REGISTRY
+
+            for m in names:
+                if m not in REGISTRY and not (m.lower().endswith(".gguf") and Path(m).expanduser().is_file()):
+                    raise UsageError(f"unknown model {m!r} for --llm-backend llamacpp: give one of {', '.join(REGISTRY)} or a path to a .gguf file")
+
     def public(self) -> dict:
         """The choice as it may be written: no credentials in the URL."""
         return {**asdict(self), "base_url": public_url(self.base_url)}
@@ -152,6 +180,8 @@ class Context:
     device: str | None = None
     dtype: str | None = None
     llm: LLMChoice | None = None
+    workers: int | None = None  # local executor: jobs at once, threads each
+    threads: int | None = None
 
     def tick(self, label: str) -> Callable[[int, int], None] | None:
         return (lambda done, total: self.progress(label, done, total)) if self.progress else None
@@ -162,7 +192,7 @@ class Context:
 
     def executor_for(self, stage: str) -> Executor:
         """The run's executor; by default this process, with a progress bar per job."""
-        return self.executor or LocalExecutor(lambda job: self.tick(f"{stage}: {job.name}"))
+        return self.executor or LocalExecutor(lambda job: self.tick(f"{stage}: {job.name}"), self.workers, self.threads)
 
 
 # --- stages: (preset, stage folder, context) -> summary (JSON) -----------------------------------
@@ -338,17 +368,22 @@ def reproduce(
     llm: LLMChoice | None = None,
     skip: tuple[str, ...] = (),
     report: bool = True,
+    workers: int | None = None,
+    threads: int | None = None,
 ) -> dict:
     """Run every stage not yet done (and not skipped) into ``out_dir``, then write the report.
 
-    Training jobs run on ``executor`` (default: in this process). Returns ``summary.json``.
+    Training jobs run on ``executor`` (default: this machine, ``workers`` processes of ``threads``
+    threads, see :class:`~stackedheads.executors.LocalExecutor`). Returns ``summary.json``.
     """
     preset = get_preset(preset_name)
     unknown = [s for s in skip if s not in STAGES]
     if unknown:
         raise UsageError(f"unknown stage {unknown[0]!r} in --skip; stages are {', '.join(STAGES)}")
     choice = None if "llm" in skip else resolve_llm(preset, llm)
-    ctx = Context(executor, progress, device, dtype, choice)
+    if choice is not None:
+        choice.check()  # before anything is written
+    ctx = Context(executor, progress, device, dtype, choice, workers, threads)
     # Bad --device / --dtype fail here, not after the stages before training have run.
     ctx.train_config(preset.circuits, preset.circuits_seeds)
     if device is not None and device.startswith("cuda"):

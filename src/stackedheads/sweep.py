@@ -33,7 +33,7 @@ from stackedheads.errors import UsageError
 from stackedheads.executors import Executor, Job, LocalExecutor, run_dir
 from stackedheads.plots import save_figure
 from stackedheads.storage import FolderLock, atomic_write_json, atomic_write_text, read_state_json
-from stackedheads.train import TrainConfig, read_metrics, run_is_complete
+from stackedheads.train import TrainConfig, check_device, read_metrics, read_summary, run_is_complete
 
 CROSS = 0.5  # C2's threshold on a partial loss (Section 7.2), for the paper's N = 4 chains
 NON_IC_FLOOR = 0.7  # C1's threshold (Section 7.2), for N = 4
@@ -149,7 +149,7 @@ def collect(jobs: Sequence[Job], out: Path) -> list[dict]:
     rows = []
     for job in jobs:
         folder = run_dir(Path(out), job)
-        summary = read_state_json(folder / "summary.json", f"summary of run {job.name}")
+        summary = read_summary(folder, job.config)  # rebuilt from metrics.csv if damaged
         metrics = read_metrics(folder)
         cfg = job.config
         for seed in cfg.seeds:
@@ -372,6 +372,9 @@ def run_figure4(spec: Figure4Spec, out: str | Path, executor: Executor | None = 
     ``on_done(job, finished, total)`` is called as each remaining job finishes.
     """
     out = Path(out)
+    if executor is None or isinstance(executor, LocalExecutor):  # Ray jobs may run where CUDA is
+        for device in {j.config.device for j in spec.jobs()}:
+            check_device(device)  # before sweep.json records the spec
     with FolderLock(out, "figure4 sweep"):  # a second process on the folder gets one line
         return _run_figure4_locked(spec, out, executor, on_done)
 

@@ -11,7 +11,7 @@ The run folder is self-describing:
 * ``metrics.csv`` -- one row per (step, seed): train loss, val loss, partial val losses per
   chain position ``x_1..x_D`` (IC), wall time;
 * ``checkpoints/step_XXXXXX.safetensors`` -- model, AdamW state and RNG state, with a
-  SHA-256 of the tensors in the header (checked on load);
+  SHA-256 of the tensors and one of the header (step, config) in the header (checked on load);
 * ``summary.json`` -- per seed, the final val loss (mean over the last 100 steps, Sec. 7.1)
   and the final partial losses.
 
@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from stackedheads.errors import UsageError
@@ -193,11 +194,23 @@ class TrainConfig:
 
 
 def partial_losses(pred: torch.Tensor, target: torch.Tensor, cfg: VectorTaskConfig) -> torch.Tensor:
-    """MSE per member and chain position: ``(E, D)`` for IC, ``(E, 1)`` (``x_D``) otherwise."""
+    """MSE per member and chain position: ``(E, D)`` for IC, ``(E, 1)`` (``x_D``) otherwise.
+
+    Summed per sequence first, then over sequences: a reduction to few outputs from many
+    inputs is split per thread by PyTorch, which would make the bits depend on the thread count.
+    """
     err = (pred.float() - target.float()) ** 2  # (E, B, N, d_out)
     E, B, N, _ = err.shape
     positions = cfg.depth if cfg.ic else 1
-    return err.view(E, B, N, positions, cfg.dims).mean(dim=(1, 2, 4))
+    return err.view(E, B, N, positions, cfg.dims).sum(dim=(2, 4)).sum(dim=1) / (B * N * cfg.dims)
+
+
+def member_mse(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Each member's mean squared error, ``(E,)``: the training loss (summed over members, each
+    gradient is its member's own). Reduced per sequence, then over sequences (thread-invariant,
+    as :func:`partial_losses`)."""
+    err = (pred.float() - target.float()) ** 2  # (E, B, N, d_out)
+    return err.sum(dim=(2, 3)).sum(dim=1) / err[0].numel()
 
 
 def member_batches(cfg: TrainConfig, step: int, caches: list[dict]) -> Batch:
@@ -290,12 +303,36 @@ def save_checkpoint(path: Path, model: EnsembleTransformer, opt: torch.optim.Opt
         for p in group["params"]:
             for k, v in opt.state[p].items():
                 tensors[f"optim.{inv[id(p)]}.{k}"] = torch.as_tensor(v).detach().contiguous().cpu()
-    tensors["rng.torch"] = torch.get_rng_state()
+    # No global RNG state: training draws nothing from it (data, order and initialisation have
+    # their own seeded generators), and torch seeds it afresh in every process, so storing it
+    # would make two identical runs' checkpoints differ.
     meta = {"step": str(step), "config": json.dumps(cfg.to_dict()), "sha256": _digest(tensors)}
+    meta["header_sha256"] = _header_digest(meta)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    save_file(tensors, str(tmp), metadata=meta)
+    try:
+        save_file(tensors, str(tmp), metadata=meta)
+    except SafetensorError as e:  # a full disk or a read-only folder: one line, not a traceback
+        tmp.unlink(missing_ok=True)
+        raise _os_error(e, tmp) from None
     tmp.replace(path)  # atomic: a kill mid-write never leaves a torn checkpoint
+
+
+def _header_digest(meta: dict[str, str]) -> str:
+    """SHA-256 of the header's step, config and tensor checksum: a flipped bit in the config
+    could otherwise describe the same weights as another architecture."""
+    return hashlib.sha256("\n".join(meta[k] for k in ("step", "config", "sha256")).encode()).hexdigest()
+
+
+def _os_error(e: Exception, path: Path) -> OSError:
+    """safetensors' I/O error as the OSError it wraps (``... (os error 28) ...``)."""
+    import errno
+    import os
+    import re
+
+    found = re.search(r"os error (\d+)", str(e))
+    code = int(found.group(1)) if found else errno.EIO
+    return OSError(code, os.strerror(code), str(path))
 
 
 def read_checkpoint(path: Path, device: str = "cpu") -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -313,6 +350,8 @@ def read_checkpoint(path: Path, device: str = "cpu") -> tuple[dict[str, torch.Te
     # Checkpoints written before checksums existed carry none; they are trusted as before.
     if "sha256" in meta and _digest(tensors) != meta["sha256"]:
         raise UsageError(f"checkpoint {path} fails its checksum (corrupted on disk); delete it to resume from the one before")
+    if "header_sha256" in meta and ("sha256" not in meta or _header_digest(meta) != meta["header_sha256"]):
+        raise UsageError(f"checkpoint {path} fails its checksum (its header is corrupted); delete it to resume from the one before")
     if device != "cpu":
         tensors = {k: v.to(device) for k, v in tensors.items()}
     return tensors, meta
@@ -321,10 +360,17 @@ def read_checkpoint(path: Path, device: str = "cpu") -> tuple[dict[str, torch.Te
 def load_model(path: Path, device: str = "cpu") -> tuple[EnsembleTransformer, TrainConfig, int]:
     """The ensemble stored in a checkpoint, its config and its step."""
     tensors, meta = read_checkpoint(Path(path), device)
-    cfg = TrainConfig.from_dict(json.loads(meta["config"]))
-    model = EnsembleTransformer(cfg.model_config(), seeds=list(cfg.seeds), init=False)
-    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
-    return model.to(device), cfg, int(meta["step"])
+    try:  # a header from before checksums covered it may still be damaged
+        cfg = TrainConfig.from_dict(json.loads(meta["config"]))
+        step = int(meta["step"])
+        model = EnsembleTransformer(cfg.model_config(), seeds=list(cfg.seeds), init=False)
+        model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    except (ValueError, TypeError, KeyError, RuntimeError) as e:  # UsageError is a ValueError
+        raise UsageError(
+            f"checkpoint {path} is damaged (its header does not describe its tensors: {type(e).__name__}); "
+            "delete it to use the one before"
+        ) from None
+    return model.to(device), cfg, step
 
 
 def _restore(tensors: dict[str, torch.Tensor], model: EnsembleTransformer, opt: torch.optim.Optimizer) -> None:
@@ -333,7 +379,6 @@ def _restore(tensors: dict[str, torch.Tensor], model: EnsembleTransformer, opt: 
         state = {k.rsplit(".", 1)[1]: v for k, v in tensors.items() if k.startswith(f"optim.{name}.")}
         if state:
             opt.state[p] = state
-    torch.set_rng_state(tensors["rng.torch"].cpu())
 
 
 def _resume_point(run_dir: Path, device: str, model: EnsembleTransformer, opt: torch.optim.Optimizer) -> int:
@@ -457,8 +502,17 @@ def read_summary(run_dir: Path, cfg: TrainConfig) -> dict:
     """summary.json; when it is damaged but the run reached its last step, it is rebuilt from
     metrics.csv rather than lost."""
     run_dir = Path(run_dir)
+    path = run_dir / "summary.json"
     try:
-        return read_state_json(run_dir / "summary.json", "a training run's summary")
+        summary = read_state_json(path, "a training run's summary")
+        seeds = summary.get("seeds")
+        if not isinstance(seeds, dict) or not all(
+            isinstance(seeds.get(str(s)), dict) and isinstance(seeds[str(s)].get("final_val_loss"), (int, float))
+            and isinstance(seeds[str(s)].get("final_partial"), dict)
+            for s in cfg.seeds
+        ):
+            raise UsageError(f"{path} has the wrong shape (no final losses for seeds {list(cfg.seeds)}): delete it to rebuild it")
+        return summary
     except UsageError:
         ckpts = list_checkpoints(run_dir)
         if not ckpts or ckpts[-1][0] != cfg.steps:
@@ -482,6 +536,17 @@ def _check_finite(per_member: torch.Tensor, cfg: TrainConfig, step: int) -> None
         )
 
 
+def check_device(device: str) -> None:
+    """Refuse a CUDA device this machine lacks, before a run or a sweep writes anything (a
+    corrected re-run must not find a config of the failed one)."""
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:  # e.g. cuda:x
+        raise UsageError(f"--device must be cpu, cuda or cuda:N, got {device!r}") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda was asked for but no CUDA device is available")
+
+
 def train(
     cfg: TrainConfig,
     run_dir: str | Path,
@@ -493,9 +558,8 @@ def train(
     ``progress(step, steps)`` is called after every step. ``stop_after`` stops early (tests of
     interruption) without writing the summary.
     """
+    check_device(cfg.device)
     dev = torch.device(cfg.device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda was asked for but no CUDA device is available")
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise UsageError(f"{run_dir} exists and is not a folder; choose another --out")
@@ -546,7 +610,7 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, dev: torch.device, progress, 
             with torch.autocast(dev.type, dtype=dtype, enabled=dtype != torch.float32):
                 pred = model(x)
             # Sum of per-member means: each member's gradient is its own loss's gradient.
-            per_member = ((pred.float() - y) ** 2).mean(dim=(1, 2, 3))
+            per_member = member_mse(pred, y)
             opt.zero_grad(set_to_none=True)
             per_member.sum().backward()
             if cfg.grad_clip > 0:

@@ -23,7 +23,8 @@ computation, and the combined ablation that validates the circuit makes them uni
 Paths (step 6): every ``(src, dst)`` a rule head carries is removed alone (rows ``s_src`` made
 uniform); a path whose removal pushes some position over budget is useful. The others are then
 tested in pairs, and all together: paths whose *joint* removal breaks the loss are all useful
-and are reported as a redundant group (Section 9.2: layers 14 and 21 both retrieve B). Roles
+and are reported as a redundant group (Section 9.2: layers 14 and 21 both retrieve B); a joint
+removal that breaks is shrunk to a minimal group, and the search repeats on the rest. Roles
 that carry no useful path are simplified to uniform (or the identity) where the budget allows,
 and the paths are recomputed on the simplified circuit.
 
@@ -304,6 +305,9 @@ def _useful_paths(circuit: Circuit, fits) -> list[list[tuple[int, int, int, int]
 
     A path is useful alone when removing it breaks the budget. The rest are tested in pairs and
     then all together: paths whose joint removal breaks it form a redundant group, all useful.
+    A joint removal that breaks is shrunk to a minimal group (no path of it can be left out and
+    still break the budget), so paths that merely ride along are not reported, and the search
+    repeats on what is left (two triples of stand-ins are two groups).
     """
     cands = [(s.layer, s.head, src, dst) for s in circuit.heads for src, dst in candidate_paths(s, circuit.depth)]
     singles = [p for p in cands if not fits(remove=[p[:3]])]
@@ -318,12 +322,27 @@ def _useful_paths(circuit: Circuit, fits) -> list[list[tuple[int, int, int, int]
                 groups.append([a, b])
                 grouped |= {a, b}
         left = [p for p in rest if p not in grouped]
-        if len(left) >= 2 and not fits(remove=[p[:3] for p in left]):
-            groups.append(left)
+        while len(left) >= 2 and not fits(remove=[p[:3] for p in left]):
+            group = _minimal_group(left, fits)
+            if len(group) < 2:  # cannot happen (a single would have broken alone); never loop
+                break
+            groups.append(group)
+            left = [p for p in left if p not in group]
     useful = set(singles) | {p for g in groups for p in g}
     for s in circuit.heads:
         s.paths = [(src, dst) for (l, h, src, dst) in cands if (l, h) == (s.layer, s.head) and (l, h, src, dst) in useful]
     return groups
+
+
+def _minimal_group(paths: list, fits) -> list:
+    """A subset of ``paths`` whose joint removal still breaks the budget and from which no path
+    can be left out (one pass, each path dropped where the rest still break)."""
+    keep = list(paths)
+    for p in paths:
+        trial = [q for q in keep if q != p]
+        if len(trial) >= 2 and not fits(remove=[q[:3] for q in trial]):
+            keep = trial
+    return keep
 
 
 def symbol_label(i: int) -> str:

@@ -66,6 +66,9 @@ _Z95 = 1.959963984540054  # two-sided 95% normal quantile
 # Fields of the run identity: a folder answered under one of these values must not be mixed
 # with answers under another. n, formulations and depths only select questions.
 _IDENTITY_FIELDS = ("chains", "seed", "few_shot", "max_draws", "temperature", "max_tokens")
+# Solved examples before each question: a hundred already overflow any small model's context,
+# and an unbounded count built a prompt of gigabytes before asking anything.
+MAX_FEW_SHOT = 100
 
 
 @dataclass(frozen=True)
@@ -90,8 +93,8 @@ class BenchConfig:
                 raise UsageError(f"unknown formulation {f!r}; choose all or one of: {', '.join(FORMULATIONS)}")
         if self.n < 1:
             raise UsageError(f"--n must be >= 1, got {self.n}")
-        if self.few_shot < 0:
-            raise UsageError(f"--few-shot must be >= 0, got {self.few_shot}")
+        if not 0 <= self.few_shot <= MAX_FEW_SHOT:
+            raise UsageError(f"--few-shot must be between 0 and {MAX_FEW_SHOT}, got {self.few_shot}")
         if self.max_draws < 1:
             raise UsageError(f"--max-draws must be >= 1, got {self.max_draws}")
         if self.max_tokens < 1:

@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
         n: int = typer.Option(500, "--n", help="Questions per (formulation, D) cell (paper: 500)."),
         seed: int = typer.Option(0, "--seed", help="Question stream; sampling seeds derive from (seed, question, draw)."),
         chains: int = typer.Option(4, "--chains", "-c", help="Interleaved chains N."),
-        few_shot: int = typer.Option(0, "--few-shot", "-k", help="Solved examples of the same formulation before each question."),
+        few_shot: int = typer.Option(0, "--few-shot", "-k", help="Solved examples of the same formulation before each question (at most 100)."),
         max_draws: int = typer.Option(10, "--max-draws", help="Resample until an acceptable answer, at most this many draws."),
         temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature (> 0 to resample)."),
         max_tokens: int = typer.Option(16, "--max-tokens", help="Tokens per draw."),

@@ -14,7 +14,6 @@ module only reads them. :func:`compare` writes, into one folder:
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 from stackedheads.errors import UsageError
 from stackedheads.llm.bench import CONFIG, SAMPLES, load_records, summarise
 from stackedheads.plots import save_figure
-from stackedheads.storage import atomic_write_json, atomic_write_text
+from stackedheads.storage import atomic_write_json, atomic_write_text, read_state_json
 from stackedheads.tasks.prompts import FORMULATIONS
 
 __all__ = ["DEPTH_FORMULATIONS", "compare", "load_run", "model_dir_name", "table_markdown"]
@@ -48,9 +47,10 @@ def load_run(folder: Path) -> dict[str, Any]:
     identity: dict[str, Any] = {}
     if (folder / CONFIG).exists():
         try:
-            identity = json.loads((folder / CONFIG).read_text()).get("identity", {})
-        except json.JSONDecodeError:
+            identity = read_state_json(folder / CONFIG, "the run's identity").get("identity", {})
+        except UsageError:  # the records carry the identity too
             identity = {}
+        identity = identity if isinstance(identity, dict) else {}
     if not identity:
         first = next(iter(records.values()))
         identity = {k: first.get(k) for k in ("backend", "model", "mode")}
@@ -223,8 +223,11 @@ def load_comparison(folder: Path) -> dict[str, Any] | None:
     folder = Path(folder)
     path = folder / COMPARISON
     if path.exists():
-        comparison = json.loads(path.read_text())
-        for m in comparison.get("models", []):
+        comparison = read_state_json(path, "the comparison of LLM runs")
+        models = comparison.get("models", [])
+        if not isinstance(models, list) or not all(isinstance(m, dict) and isinstance(m.get("folder"), str) for m in models):
+            raise UsageError(f"{path} has the wrong shape (models): delete it and compare the runs again")
+        for m in models:
             m["folder"] = str(folder / m["folder"])  # stored relative: the folder may move
         return comparison
     if (folder / SAMPLES).exists():

@@ -1,0 +1,36 @@
+"""``python -m stackedheads.worker``: one training job in its own process (the local executor
+with ``workers > 1``). Reads the job as JSON on stdin, reports ``done total`` lines on stdout,
+and ends with exit 0, or 2 and one line on stderr for a user error (a bad config, a held lock)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def main() -> None:
+    from stackedheads.errors import UsageError
+
+    try:
+        from stackedheads.executors import Job, run_job
+        from stackedheads.train import TrainConfig
+
+        spec = json.loads(sys.stdin.read())
+        job = Job(spec["name"], spec["formulation"], TrainConfig.from_dict(spec["config"]))
+        last = [-1]
+
+        def progress(done: int, total: int) -> None:
+            if done == total or done - last[0] >= max(1, total // 200):  # ~200 lines per job
+                last[0] = done
+                print(done, total, flush=True)
+
+        run_job(job, spec["out"], progress, spec["threads"])
+    except UsageError as e:
+        print(e, file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:  # the parent was interrupted too; the job resumes next time
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

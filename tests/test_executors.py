@@ -1,0 +1,110 @@
+"""The local executor's worker processes and the thread policy (issue 17): results do not
+depend on how many processes or threads trained them."""
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from stackedheads import perf, presets, sweep
+from stackedheads.errors import UsageError
+from stackedheads.executors import Job, LocalExecutor, SMALL_JOB_FLOPS, _job_flops
+
+
+def test_worker_processes_give_the_same_bytes_as_one_process(tmp_path):
+    spec = sweep.figure4_spec("smoke")
+    seen: dict[str, list[int]] = {}
+
+    def bars(job):
+        return lambda done, total: seen.setdefault(job.name, []).append(done)
+
+    one = sweep.run_figure4(spec, tmp_path / "one", LocalExecutor(workers=1))
+    two = sweep.run_figure4(spec, tmp_path / "two", LocalExecutor(bars, workers=2, threads=1))
+    assert one == two
+    for name in ("summary.csv", "claims.json"):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
+    # Progress came back from the workers, ending at each job's last step.
+    assert sorted(seen) == sorted(j.name for j in spec.jobs())
+    assert all(v[-1] == spec.base.steps for v in seen.values())
+
+
+def test_a_job_error_in_a_worker_is_one_usage_error(tmp_path):
+    if __import__("torch").cuda.is_available():
+        pytest.skip("needs a machine without CUDA")
+    jobs = [Job(f"j{i}", "ic", replace(presets.SMOKE, device="cuda", seeds=(i,))) for i in range(2)]
+    with pytest.raises(UsageError, match="no CUDA device"):
+        LocalExecutor(workers=2, threads=1).run(jobs, tmp_path)
+
+
+def test_plan_runs_small_jobs_here_and_large_ones_one_per_core(monkeypatch):
+    monkeypatch.setattr("stackedheads.executors.available_cores", lambda: 2)
+    small = sweep.figure4_spec("smoke").jobs()
+    large = sweep.figure4_spec("quick").jobs()
+    assert max(_job_flops(j) for j in small) < SMALL_JOB_FLOPS < min(_job_flops(j) for j in large)
+    assert LocalExecutor().plan(small) == (1, None)
+    assert LocalExecutor().plan(large) == (2, 1)
+    assert LocalExecutor(workers=1).plan(large) == (1, None)
+    assert LocalExecutor(workers=8).plan(large[:3]) == (3, 1)  # never more workers than jobs
+    cuda = [replace(j, config=replace(j.config, device="cuda")) for j in large]
+    assert LocalExecutor().plan(cuda) == (1, None)
+    with pytest.raises(UsageError):
+        LocalExecutor(workers=0)
+
+
+@pytest.mark.parametrize("preset", ["smoke", "sec9-smoke"])  # an ensemble of 2 and a single model
+def test_training_is_bit_identical_across_thread_counts(tmp_path, preset):
+    script = (
+        "import sys, torch; torch.set_num_threads(int(sys.argv[1]));"
+        "from stackedheads import presets; from stackedheads.train import train; from dataclasses import replace;"
+        f"train(replace(presets.get({preset!r}), steps=20, ckpt_every=20), sys.argv[2])"
+    )
+    runs = {}
+    for n in (1, 2):
+        subprocess.run([sys.executable, "-c", script, str(n), str(tmp_path / f"t{n}")], check=True)
+        folder = tmp_path / f"t{n}"
+        summary = json.loads((folder / "summary.json").read_text())
+        summary.pop("wall_s")
+        metrics = [line.rsplit(",", 1)[0] for line in (folder / "metrics.csv").read_text().splitlines()]  # wall_s last
+        model = load_file(str(folder / "checkpoints" / "step_000020.safetensors"))
+        runs[n] = (summary, metrics, model)
+    for n in (2,):
+        assert runs[n][0] == runs[1][0]
+        assert runs[n][1] == runs[1][1]
+        assert runs[n][2].keys() == runs[1][2].keys()
+        assert all(torch.equal(runs[n][2][k], runs[1][2][k]) for k in runs[1][2])
+
+
+def test_thread_defaults(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert perf.default_threads("cpu", 16) == 16
+    assert perf.default_threads("cuda", 16) == perf.GPU_HOST_THREADS
+    assert perf.default_threads("cuda", 2) == 2
+    before = torch.get_num_threads()
+    try:
+        assert perf.apply_threads(1) == 1 and torch.get_num_threads() == 1
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the user's choice wins over the default
+        assert perf.apply_threads(None) == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_openmp_env_respects_the_users_policy(monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    assert perf.openmp_env(3) == {"GOMP_SPINCOUNT": perf.SPINCOUNT, "OMP_NUM_THREADS": "3"}
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    assert perf.openmp_env() == {}
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+
+
+def test_cli_sets_the_spin_policy_before_torch_loads(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    code = "from stackedheads.cli import main; import sys; sys.argv=['x','theory','--max-depth','1']; main()"
+    probe = "import os, atexit; atexit.register(lambda: print('SPIN', os.environ.get('GOMP_SPINCOUNT')));" + code
+    r = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    assert f"SPIN {perf.SPINCOUNT}" in r.stdout
