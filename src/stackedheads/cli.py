@@ -177,8 +177,9 @@ def train_cmd(
     eval_every: Optional[int] = typer.Option(None, "--eval-every", help="Validate every this many steps."),
     ckpt_every: Optional[int] = typer.Option(None, "--ckpt-every", help="Checkpoint every this many steps."),
     device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="float32 or bfloat16 (autocast)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="float32, bfloat16 (autocast) or tf32 (CUDA matmuls)."),
     threads: Optional[int] = typer.Option(None, "--threads", help=THREADS_HELP),
+    compile_: bool = typer.Option(False, "--compile", help="torch.compile the model (GPU: fewer, fused kernels)."),
 ) -> None:
     """Train an ensemble of GPT-2-style transformers on the vector task (Section 7.1)."""
     from dataclasses import replace
@@ -197,6 +198,7 @@ def train_cmd(
         "decay_exempt": _names(decay_exempt) if decay_exempt is not None else None,
         "eval_every": eval_every, "ckpt_every": ckpt_every, "device": device, "dtype": dtype,
         "seeds": _seeds(seeds) if seeds is not None else None, "mlp": False if no_mlp else None,
+        "compile": True if compile_ else None,
     }
     cfg = replace(base, task=task, **{k: v for k, v in over.items() if v is not None})
     _apply_threads(threads, cfg.device)
@@ -224,7 +226,7 @@ def sweep_figure4_cmd(
     out: Path = typer.Option(..., "--out", "-o", help="Sweep folder; running again skips finished runs."),
     preset: str = typer.Option("quick", "--preset", "-p", help="paper (128 runs), quick or smoke."),
     device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="float32 or bfloat16 (autocast)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="float32, bfloat16 (autocast) or tf32 (CUDA matmuls)."),
     executor: str = typer.Option("local", "--executor", help="local (in-process) or ray."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address, or 'auto'; default: a local cluster."),
     ray_cpus_per_job: float = typer.Option(1.0, "--ray-cpus-per-job", help="CPUs each Ray task asks for."),
@@ -258,7 +260,7 @@ def sweep_depth_cmd(
     layers: Optional[str] = typer.Option(None, "--layers", help="Layer counts, e.g. 1-8 (default: the preset's)."),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="Comma-separated seeds per shape (default: the preset's)."),
     device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="float32 or bfloat16 (autocast)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="float32, bfloat16 (autocast) or tf32 (CUDA matmuls)."),
     executor: str = typer.Option("local", "--executor", help="local (in-process) or ray."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address, or 'auto'; default: a local cluster."),
     ray_cpus_per_job: float = typer.Option(1.0, "--ray-cpus-per-job", help="CPUs each Ray task asks for."),
@@ -403,7 +405,7 @@ def reproduce_cmd(
     executor: str = typer.Option("local", "--executor", help="Where training jobs run: local or ray."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address, or 'auto'; default: a local cluster."),
     device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda, for every training stage."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="float32 or bfloat16 (autocast), for every training stage."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="float32, bfloat16 (autocast) or tf32 (CUDA matmuls), for every training stage."),
     llm_backend: Optional[str] = typer.Option(None, "--llm-backend", help="llm stage: openai, llamacpp or hf (default: the preset's; paper: required)."),
     llm_model: Optional[str] = typer.Option(None, "--llm-model", help="llm stage: the model (see `llm-bench --help`)."),
     llm_mode: Optional[str] = typer.Option(None, "--llm-mode", help="llm stage: chat or completion."),

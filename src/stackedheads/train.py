@@ -54,7 +54,9 @@ from stackedheads.tasks.vectors import (
     make_batch,
 )
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# "tf32": float32 tensors, TensorFloat-32 matmuls on a CUDA GPU (10-bit mantissa products,
+# float32 accumulation): several times the float32 matmul rate of an A100/H100.
+DTYPES = {"float32": torch.float32, "tf32": torch.float32, "bfloat16": torch.bfloat16}
 SCHEDULES = ("constant", "cosine", "linear")
 # Parameter families that may be exempt from weight decay (GPT-2/nanoGPT exempt norms and biases).
 DECAY_EXEMPTIONS = ("norm", "bias", "embed")
@@ -97,6 +99,9 @@ class TrainConfig:
     keep_checkpoints: bool = True  # emergence (Sec. 9) needs every checkpoint; else keep the last
     device: str = "cpu"
     dtype: str = "float32"
+    # torch.compile the model for training and evaluation: on a GPU it fuses a 24-layer step's
+    # many small kernels; on a 2-core CPU it measured no faster (benchmarks/train_throughput.py).
+    compile: bool = False
 
     def __post_init__(self) -> None:
         if not self.seeds:
@@ -128,6 +133,8 @@ class TrainConfig:
             raise UsageError(f"steps_per_epoch must be >= 1, got {self.steps_per_epoch}")
         if self.dtype not in DTYPES:
             raise UsageError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.dtype == "tf32" and not self.device.startswith("cuda"):
+            raise UsageError("dtype tf32 is a CUDA matmul mode: use it with --device cuda (float32 on a CPU)")
         if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
             raise UsageError(f"device must be cpu or cuda, got {self.device!r}")
         if self.batch_size > self.task.n_train:
@@ -213,18 +220,23 @@ def member_mse(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return err.sum(dim=(2, 3)).sum(dim=1) / err[0].numel()
 
 
-def member_batches(cfg: TrainConfig, step: int, caches: list[dict]) -> Batch:
-    """Training batch ``step`` for every member, stacked: inputs ``(E, B, T, 2K)``."""
-    batches = []
-    for seed, cache in zip(cfg.seeds, caches):
-        task = replace(cfg.task, seed=seed)
-        idx = batch_indices(task.n_train, cfg.batch_size, seed, step, cache)
-        batches.append(make_batch(task, idx, "train"))
+def member_batches(cfg: TrainConfig, step: int, caches: list[dict], device: str | None = None) -> Batch:
+    """Training batch ``step`` for every member, stacked: inputs ``(E, B, T, 2K)``.
+
+    Member ``e`` draws from the task with its own seed, in its own order; one call generates
+    all of them (``device``: on the accelerator itself). ``meta`` is member 0's (training
+    never reads it).
+    """
+    idx = torch.stack([batch_indices(cfg.task.n_train, cfg.batch_size, seed, step, cache)
+                       for seed, cache in zip(cfg.seeds, caches)])  # (E, B)
+    seeds = torch.tensor(cfg.seeds, dtype=torch.int64)[:, None].expand_as(idx)
+    b = make_batch(cfg.task, idx.reshape(-1), "train", seeds=seeds, device=device)
+    E, B = idx.shape
     return Batch(
-        inputs=torch.stack([b.inputs for b in batches]),
-        targets=torch.stack([b.targets for b in batches]),
-        symbols=torch.stack([b.symbols for b in batches]),
-        meta=batches[0].meta,  # per-member metadata differs; training never reads it
+        inputs=b.inputs.view(E, B, *b.inputs.shape[1:]),
+        targets=b.targets.view(E, B, *b.targets.shape[1:]),
+        symbols=b.symbols.view(E, B, *b.symbols.shape[1:]),
+        meta=b.meta[:B],
     )
 
 
@@ -295,17 +307,68 @@ def _digest(tensors: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
-def save_checkpoint(path: Path, model: EnsembleTransformer, opt: torch.optim.Optimizer, step: int, cfg: TrainConfig) -> None:
-    tensors = {f"model.{k}": v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    names = dict(model.named_parameters())
-    inv = {id(p): n for n, p in names.items()}
+def _state_tensors(model: EnsembleTransformer, opt: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    """Model and AdamW state as host tensors of their own (copies: training may go on)."""
+    copy = lambda v: torch.as_tensor(v).detach().to("cpu", copy=True).contiguous()  # noqa: E731
+    tensors = {f"model.{k}": copy(v) for k, v in model.state_dict().items()}
+    inv = {id(p): n for n, p in model.named_parameters()}
     for group in opt.param_groups:
         for p in group["params"]:
             for k, v in opt.state[p].items():
-                tensors[f"optim.{inv[id(p)]}.{k}"] = torch.as_tensor(v).detach().contiguous().cpu()
+                tensors[f"optim.{inv[id(p)]}.{k}"] = copy(v)
     # No global RNG state: training draws nothing from it (data, order and initialisation have
     # their own seeded generators), and torch seeds it afresh in every process, so storing it
     # would make two identical runs' checkpoints differ.
+    return tensors
+
+
+def save_checkpoint(path: Path, model: EnsembleTransformer, opt: torch.optim.Optimizer, step: int, cfg: TrainConfig) -> None:
+    write_checkpoint(path, _state_tensors(model, opt), step, cfg)
+
+
+class CheckpointWriter:
+    """Writes checkpoints on a background thread: the state is copied to host memory at once,
+    then hashing and writing overlap the next training steps (on a GPU a write held the step
+    for about a second). One write in flight; its error surfaces at the next save or close.
+    A kill mid-write loses only that checkpoint (written to a temporary file, then renamed)."""
+
+    def __init__(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="checkpoint")
+        self._pending = None
+
+    def save(self, path: Path, model, opt, step: int, cfg: TrainConfig, then: Callable[[], None] | None = None) -> None:
+        self.wait()
+        tensors = _state_tensors(model, opt)
+
+        def job() -> None:
+            write_checkpoint(path, tensors, step, cfg)
+            if then:
+                then()
+
+        self._pending = self._pool.submit(job)
+
+    def wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            self._pool.shutdown()
+
+    def __enter__(self) -> CheckpointWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def write_checkpoint(path: Path, tensors: dict[str, torch.Tensor], step: int, cfg: TrainConfig) -> None:
+    """``tensors`` (host copies) to ``path`` with the header: step, config and checksums."""
     meta = {"step": str(step), "config": json.dumps(cfg.to_dict()), "sha256": _digest(tensors)}
     meta["header_sha256"] = _header_digest(meta)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -580,6 +643,8 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, dev: torch.device, progress, 
         atomic_write_json(cfg_path, cfg.to_dict())
 
     dtype = DTYPES[cfg.dtype]
+    if dev.type == "cuda":  # this process trains; its matmul mode is the run's
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.dtype == "tf32"
     model = EnsembleTransformer(cfg.model_config(), seeds=list(cfg.seeds)).to(dev)
     opt = make_optimizer(model, cfg)
     columns = metric_columns(cfg)
@@ -593,22 +658,27 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, dev: torch.device, progress, 
     elif metrics_path.exists():
         metrics_path.unlink()  # a run killed before its first checkpoint starts over
 
+    forward = torch.compile(model) if cfg.compile else model  # the same parameters either way
+    on_device = dev.type != "cpu"  # an accelerator generates its own batches (the CPU's, exactly)
     val = validation_batch(cfg)
+    val = Batch(val.inputs.to(dev), val.targets.to(dev), val.symbols, val.meta)  # moved once, not per evaluation
     eval_at = cfg.eval_steps()
     caches = [{} for _ in cfg.seeds]
     new_file = not metrics_path.exists()
     if cfg.keep_checkpoints and start == 0:
         save_checkpoint(checkpoint_path(run_dir, 0), model, opt, 0, cfg)  # Sec. 9: attention at init
     t0 = time.perf_counter()
-    with open(metrics_path, "a", newline="") as mf:
+    ckpt = CheckpointWriter()
+    with ckpt, open(metrics_path, "a", newline="") as mf:
         writer = csv.DictWriter(mf, fieldnames=columns, lineterminator="\n")
         if new_file:
             writer.writeheader()
+        done = start
         for step in range(start, cfg.steps):
-            batch = member_batches(cfg, step, caches)
-            x, y = batch.inputs.to(dev, non_blocking=True), batch.targets.to(dev, non_blocking=True)
+            batch = member_batches(cfg, step, caches, device=dev if on_device else None)
+            x, y = batch.inputs, batch.targets
             with torch.autocast(dev.type, dtype=dtype, enabled=dtype != torch.float32):
-                pred = model(x)
+                pred = forward(x)
             # Sum of per-member means: each member's gradient is its own loss's gradient.
             per_member = member_mse(pred, y)
             opt.zero_grad(set_to_none=True)
@@ -624,7 +694,7 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, dev: torch.device, progress, 
             if done in eval_at or save_now:
                 _check_finite(per_member, cfg, done)  # a sync; only where we write anyway
             if done in eval_at:
-                val_loss, partial = evaluate(model, val, cfg)
+                val_loss, partial = evaluate(forward, val, cfg)
                 wall = wall0 + time.perf_counter() - t0
                 train_loss = per_member.detach().cpu()
                 for e, seed in enumerate(cfg.seeds):
@@ -633,16 +703,17 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, dev: torch.device, progress, 
                     writer.writerow(row)
                 mf.flush()
             if save_now:
-                mf.flush()
-                save_checkpoint(checkpoint_path(run_dir, done), model, opt, done, cfg)
-                if not cfg.keep_checkpoints:
-                    # Keep the last two: a damaged newest one falls back to its predecessor.
-                    for s, p in list_checkpoints(run_dir)[:-2]:
-                        p.unlink()
+                mf.flush()  # metrics up to here are on disk before the checkpoint that covers them
+                # Without kept checkpoints, keep the last two: a damaged newest one falls back to
+                # its predecessor.
+                prune = None if cfg.keep_checkpoints else lambda: [p.unlink() for _, p in list_checkpoints(run_dir)[:-2]]
+                ckpt.save(checkpoint_path(run_dir, done), model, opt, done, cfg, then=prune)
             if progress:
                 progress(done, cfg.steps)
             if stop_after is not None and done >= stop_after:
-                return {}
+                break
+    if stop_after is not None and done >= stop_after:  # stopped early (tests): no summary
+        return {}
     summary = summarize(run_dir, cfg)
     atomic_write_json(run_dir / "summary.json", summary)
     return summary

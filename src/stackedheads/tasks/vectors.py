@@ -148,9 +148,11 @@ def _hash32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
-def _keys(seed: int, split: int, index: torch.Tensor) -> torch.Tensor:
-    """One 32-bit key per sequence from (seed, split, index); index may exceed 2^32."""
-    k = torch.full_like(index, _hash32(torch.tensor(seed & _MASK32)).item())
+def _keys(seed: int | torch.Tensor, split: int, index: torch.Tensor) -> torch.Tensor:
+    """One 32-bit key per sequence from (seed, split, index); index may exceed 2^32, and seed
+    may be one per sequence (a tensor like ``index``: every member of an ensemble at once)."""
+    seed = torch.as_tensor(seed, dtype=torch.int64, device=index.device).expand_as(index)
+    k = _hash32(seed & _MASK32)
     k = _hash32(k ^ (seed >> 32) & _MASK32 ^ split)
     k = _hash32(k ^ (index & _MASK32))
     return _hash32(k ^ (index >> 32))
@@ -158,7 +160,7 @@ def _keys(seed: int, split: int, index: torch.Tensor) -> torch.Tensor:
 
 def _uniform(keys: torch.Tensor, stream: int, n: int) -> torch.Tensor:
     """``(B, n)`` float64 uniforms in (0, 1), draw ``j`` of ``stream`` for each key."""
-    ctr = torch.arange(n, dtype=torch.int64) + (stream << 24)
+    ctr = torch.arange(n, dtype=torch.int64, device=keys.device) + (stream << 24)
     h = _hash32(_hash32(keys[:, None] ^ _hash32(ctr)[None, :]) + 0x9E3779B9 & _MASK32)
     return (h.double() + 0.5) / 2**32
 
@@ -171,7 +173,8 @@ def _normal(keys: torch.Tensor, stream: int, n: int) -> torch.Tensor:
 
 def _permutations(keys: torch.Tensor, stream: int, rows: int, n: int) -> torch.Tensor:
     """``(B, rows, n)`` independent random permutations of ``0..n-1`` (argsort of uniforms)."""
-    return _uniform(keys, stream, rows * n).view(-1, rows, n).argsort(dim=-1)
+    # stable: a tie between two 32-bit draws sorts the same on every device
+    return _uniform(keys, stream, rows * n).view(-1, rows, n).argsort(dim=-1, stable=True)
 
 
 # --- the sequences --------------------------------------------------------------------------
@@ -206,36 +209,45 @@ def layout(cfg: VectorTaskConfig, pair_perm: torch.Tensor, query_perm: torch.Ten
     ``pair_perm[:, b, m]``; ``query_perm``: ``(B, N)``, query slot ``q`` holds that chain.
     """
     N, D = cfg.chains, cfg.depth
-    B = pair_perm.shape[0]
-    k_of_block = torch.arange(D, 0, -1)  # (D,): deepest step first
+    B, dev = pair_perm.shape[0], pair_perm.device
+    k_of_block = torch.arange(D, 0, -1, device=dev)  # (D,): deepest step first
     # Two tokens per pair: (first = x_{k-1}, second = x_k).
     chain_pairs = pair_perm.repeat_interleave(2, dim=-1).reshape(B, 2 * N * D)
-    role_pairs = torch.tensor([FIRST, SECOND]).repeat(N * D).expand(B, -1)
+    role_pairs = torch.tensor([FIRST, SECOND], device=dev).repeat(N * D).expand(B, -1)
     pair_k = k_of_block.repeat_interleave(2 * N).expand(B, -1)
     step_pairs = pair_k - (role_pairs == FIRST).long()
     chain = torch.cat([chain_pairs, query_perm], dim=1)
-    role = torch.cat([role_pairs, torch.full((B, N), QUERY)], dim=1)
-    step = torch.cat([step_pairs, torch.zeros(B, N, dtype=torch.long)], dim=1)
-    pair = torch.cat([pair_k, torch.zeros(B, N, dtype=torch.long)], dim=1)
+    role = torch.cat([role_pairs, torch.full((B, N), QUERY, device=dev)], dim=1)
+    step = torch.cat([step_pairs, torch.zeros(B, N, dtype=torch.long, device=dev)], dim=1)
+    pair = torch.cat([pair_k, torch.zeros(B, N, dtype=torch.long, device=dev)], dim=1)
 
     # Position of chain c's pair k: block D - k, slot where pair_perm == c.
-    slot = pair_perm.argsort(dim=-1)  # (B, D, N): slot of chain c in block b
-    pair_start = 2 * (N * torch.arange(D)[None, :, None] + slot)  # (B, D, N) by block
+    slot = pair_perm.argsort(dim=-1, stable=True)  # (B, D, N): slot of chain c in block b
+    pair_start = 2 * (N * torch.arange(D, device=dev)[None, :, None] + slot)  # (B, D, N) by block
     pair_start = pair_start.flip(1)  # index k-1 for k = 1..D
     qc = query_perm  # (B, N)
     start_q = pair_start.gather(2, qc[:, None, :].expand(-1, D, -1)).transpose(1, 2)  # (B, N, D)
-    s = torch.empty(B, N, 2 * D + 1, dtype=torch.long)
-    s[:, :, 0] = 2 * N * D + torch.arange(N)
+    s = torch.empty(B, N, 2 * D + 1, dtype=torch.long, device=dev)
+    s[:, :, 0] = 2 * N * D + torch.arange(N, device=dev)
     s[:, :, 2::2] = start_q + 1  # s_{2k}: second token of pair k
     s[:, :, 1::2] = start_q  # s_{2k+1}: first token of pair k + 1 (holds x_k)
     return Meta(chain=chain, step=step, role=role, pair=pair, query_chain=qc, paths=s)
 
 
-def make_batch(cfg: VectorTaskConfig, index: torch.Tensor | range | list[int], split: str = "train") -> Batch:
+def make_batch(
+    cfg: VectorTaskConfig,
+    index: torch.Tensor | range | list[int],
+    split: str = "train",
+    seeds: torch.Tensor | None = None,
+    device: torch.device | str | None = None,
+) -> Batch:
     """The sequences ``index`` of ``split``: a pure function of ``(cfg.seed, split, index)``.
 
     Only the chain structure and the symbols are random; the same index always gives the same
-    sequence, whatever the batch it is drawn in.
+    sequence, whatever the batch it is drawn in. ``seeds`` (one per index) replaces
+    ``cfg.seed``, so one call draws every ensemble member's batch. ``device``: generate there
+    (integer hashing is exact everywhere, so a GPU draws the CPU's sequences without a copy
+    each step).
     """
     if split not in SPLITS:
         raise UsageError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
@@ -243,18 +255,20 @@ def make_batch(cfg: VectorTaskConfig, index: torch.Tensor | range | list[int], s
     n = cfg.n_train if split == "train" else cfg.n_val
     if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= n):
         raise UsageError(f"{split} indices must lie in [0, {n}), got [{int(idx.min())}, {int(idx.max())}]")
+    idx = idx.to(device) if device is not None else idx
     N, D, K = cfg.chains, cfg.depth, cfg.dims
     B = idx.numel()
-    keys = _keys(cfg.seed, SPLITS[split], idx)
+    keys = _keys(cfg.seed if seeds is None else seeds.reshape(-1).to(idx.device), SPLITS[split], idx)
     symbols = _normal(keys, 0, N * (D + 1) * K).float().view(B, N, D + 1, K)
     pair_perm = _permutations(keys, 1, D, N)
     query_perm = _permutations(keys, 2, 1, N)[:, 0]
     meta = layout(cfg, pair_perm, query_perm)
 
-    tokens = symbols[torch.arange(B)[:, None], meta.chain, meta.step]  # (B, T, K)
-    pe = position_codes(cfg).expand(B, -1, -1)
+    rows = torch.arange(B, device=idx.device)[:, None]
+    tokens = symbols[rows, meta.chain, meta.step]  # (B, T, K)
+    pe = position_codes(cfg).to(idx.device).expand(B, -1, -1)
     inputs = torch.cat([tokens, pe], dim=-1)
-    chain_syms = symbols[torch.arange(B)[:, None], meta.query_chain]  # (B, N, D+1, K)
+    chain_syms = symbols[rows, meta.query_chain]  # (B, N, D+1, K)
     targets = chain_syms[:, :, 1:].flatten(2) if cfg.ic else chain_syms[:, :, D]
     return Batch(inputs=inputs, targets=targets, symbols=symbols, meta=meta)
 
