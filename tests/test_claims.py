@@ -339,14 +339,14 @@ def test_section9_positions_and_evidence(tmp_path):
 def test_claims_command_on_a_sweep_folder(tmp_path):
     out = tmp_path / "fig4"
     sweep.run_figure4(sweep.figure4_spec("smoke"), out)
-    r = subprocess.run([sys.executable, "-m", "stackedheads.cli", "claims", str(out), "--json"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "stackedheads", "claims", str(out), "--json"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     listed = json.loads(r.stdout)
     assert [c["id"] for c in listed] == ["C0", "C1", "C2", "C3"]
     # Re-evaluated from the run folders: the same verdicts the sweep wrote.
     written = json.loads((out / "claims.json").read_text())
     assert [c["verdict"] for c in listed] == [written[k]["verdict"] for k in ("C0", "C1", "C2", "C3")]
-    r = subprocess.run([sys.executable, "-m", "stackedheads.cli", "claims", str(tmp_path)], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "stackedheads", "claims", str(tmp_path)], capture_output=True, text=True)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
 
 

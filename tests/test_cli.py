@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-CLI = [sys.executable, "-m", "stackedheads.cli"]
+CLI = [sys.executable, "-m", "stackedheads"]
 
 
 def run(*args, **kw):

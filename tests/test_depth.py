@@ -30,7 +30,7 @@ def assert_valid_figures(folder, name="depth_phase"):
 def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("depth") / "smoke"
     r = subprocess.run(
-        [sys.executable, "-m", "stackedheads.cli", "sweep", "depth", "--preset", "smoke", "--out", str(out)],
+        [sys.executable, "-m", "stackedheads", "sweep", "depth", "--preset", "smoke", "--out", str(out)],
         capture_output=True, text=True,
     )
     assert r.returncode == 0, r.stderr
@@ -122,9 +122,9 @@ def test_cli_refuses_other_grid_and_bad_ranges_in_one_line(tmp_path):
     depth.atomic_write_json(tmp_path / depth.SPEC_FILE, depth.depth_spec("smoke").to_dict())
     for args in (["--depths", "1-3"], ["--layers", "three"], ["--preset", "huge"], ["--seeds", "0,0"]):
         r = subprocess.run(
-            [sys.executable, "-m", "stackedheads.cli", "sweep", "depth", "--out", str(tmp_path), "--preset", "smoke", *args]
+            [sys.executable, "-m", "stackedheads", "sweep", "depth", "--out", str(tmp_path), "--preset", "smoke", *args]
             if "--preset" not in args else
-            [sys.executable, "-m", "stackedheads.cli", "sweep", "depth", "--out", str(tmp_path), *args],
+            [sys.executable, "-m", "stackedheads", "sweep", "depth", "--out", str(tmp_path), *args],
             capture_output=True, text=True,
         )
         assert r.returncode == 2, (args, r.stderr)

@@ -11,7 +11,7 @@ from stackedheads import presets
 from stackedheads.emergence import first_crossing, first_seen, position_emergence, position_order
 from stackedheads.train import train
 
-CLI = [sys.executable, "-m", "stackedheads.cli"]
+CLI = [sys.executable, "-m", "stackedheads"]
 
 
 def test_first_crossing_interpolates_between_checkpoints():

@@ -490,13 +490,9 @@ def test_openai_concurrency_overlaps_requests(tmp_path, monkeypatch):
 
 
 def test_cli_never_writes_the_api_key(tmp_path, monkeypatch):
-    import typer
     from typer.testing import CliRunner
 
-    from stackedheads.llm.cli import register
-
-    app = typer.Typer()
-    register(app)
+    from stackedheads.cli import app
     secret = "sk-fake-SECRET-4242424242"
     monkeypatch.setenv("MY_KEY", secret)
     out = tmp_path / "run"
@@ -518,13 +514,9 @@ def test_cli_never_writes_the_api_key(tmp_path, monkeypatch):
 
 
 def test_cli_models_lists_both():
-    import typer
     from typer.testing import CliRunner
 
-    from stackedheads.llm.cli import register
-
-    app = typer.Typer()
-    register(app)
+    from stackedheads.cli import app
     result = CliRunner().invoke(app, ["models", "--json"])
     assert result.exit_code == 0
     names = [json.loads(x)["name"] for x in result.stdout.splitlines()]

@@ -110,10 +110,9 @@ def test_l1_l2_verdict_rules():
 
 
 def test_cli_benchmarks_several_models_into_one_figure(tmp_path, monkeypatch):
-    import typer
     from typer.testing import CliRunner
 
-    from stackedheads.llm.cli import register
+    from stackedheads.cli import app
 
     made = []
 
@@ -123,8 +122,6 @@ def test_cli_benchmarks_several_models_into_one_figure(tmp_path, monkeypatch):
         return m
 
     monkeypatch.setattr(backends, "make_backend", fake_backend)
-    app = typer.Typer()
-    register(app)
     out = tmp_path / "bench"
     args = ["llm-bench", "-b", "llamacpp", "-m", "alpha", "-m", "beta.gguf", "-o", str(out), "-f", "equations", "-d", "1-3", "--n", "2"]
     r = CliRunner().invoke(app, args)

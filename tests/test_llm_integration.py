@@ -160,13 +160,9 @@ def test_real_server_seed_reaches_the_sampler(llama_server, monkeypatch):
 
 
 def test_real_server_cli_resume_and_key_never_written(llama_server, tmp_path, monkeypatch):
-    import typer
     from typer.testing import CliRunner
 
-    from stackedheads.llm.cli import register
-
-    app = typer.Typer()
-    register(app)
+    from stackedheads.cli import app
     secret = "sk-integration-SECRET-0000"
     monkeypatch.setenv("OPENAI_API_KEY", secret)
     args = ["llm-bench", "-b", "openai", "-m", "smollm2", "--base-url", llama_server, "-f", "lives-with",

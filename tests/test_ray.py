@@ -83,7 +83,7 @@ def test_cli_ray_executor_matches_local(tmp_path):
     import subprocess
     import sys
 
-    cli = [sys.executable, "-m", "stackedheads.cli", "sweep", "figure4", "--preset", "smoke"]
+    cli = [sys.executable, "-m", "stackedheads", "sweep", "figure4", "--preset", "smoke"]
     for name in ("local", "ray"):
         r = subprocess.run([*cli, "--executor", name, "--out", str(tmp_path / name)], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr

@@ -15,7 +15,7 @@ from stackedheads import claims, theory
 from stackedheads.report import write_report
 from stackedheads.reproduce import STAGE_NAMES
 
-CLI = [sys.executable, "-m", "stackedheads.cli"]
+CLI = [sys.executable, "-m", "stackedheads"]
 
 
 def run(*args):

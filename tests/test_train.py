@@ -66,7 +66,7 @@ def test_interrupted_run_resumes_to_identical_numbers(tmp_path):
 def test_killed_process_resumes_exactly(tmp_path):
     """SIGKILL a real `stackedheads train` after its first checkpoint, run it again, compare."""
     args = [
-        sys.executable, "-m", "stackedheads.cli", "train", "--preset", "smoke", "--steps", "400",
+        sys.executable, "-m", "stackedheads", "train", "--preset", "smoke", "--steps", "400",
         "--ckpt-every", "50", "--eval-every", "25", "--seeds", "0,1",
     ]
     full, killed = tmp_path / "full", tmp_path / "killed"
@@ -139,7 +139,7 @@ def test_bad_train_config(kwargs):
 
 def test_train_cli_bad_input_is_one_line():
     r = subprocess.run(
-        [sys.executable, "-m", "stackedheads.cli", "train", "--out", "/tmp/never", "--preset", "smoke", "--dims", "3"],
+        [sys.executable, "-m", "stackedheads", "train", "--out", "/tmp/never", "--preset", "smoke", "--dims", "3"],
         capture_output=True, text=True,
     )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "dims" in r.stderr

@@ -260,7 +260,6 @@ def emergence_run(run_dir: str | Path, out: str | Path, circuits_dir: str | Path
     Circuits come from ``circuits_dir/seed{s}/circuit.json``; without one they are discovered
     on the last checkpoint first (into ``out/circuits``).
     """
-    from stackedheads.circuits.discover import discover_run
 
     from stackedheads.storage import FolderLock, check_seeds, read_state_json
 

@@ -26,6 +26,7 @@ from stackedheads import claims as claims_mod
 from stackedheads.claims import read_json as _json
 from stackedheads.claims import read_jsonl as _jsonl
 from stackedheads.errors import UsageError
+from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN, STAGE_NAMES
 from stackedheads.storage import atomic_write_json, atomic_write_text
 
 PACKAGES = (
@@ -151,8 +152,6 @@ def _llm_section(folder: Path) -> dict | None:
 
 
 def _stages(run: Path) -> tuple[list[dict], str]:
-    from stackedheads.reproduce import STAGE_NAMES
-
     rows, total = [], 0.0
     for name in STAGE_NAMES:
         done = _json(run / name / "done.json")
@@ -178,8 +177,8 @@ def _configs(run: Path) -> list[dict]:
         ("llm: config.json (benchmark invocations)", run / "llm" / "config.json"),
         *((f"llm: {p.parent.name}/config.json (benchmark invocations)", p) for p in sorted((run / "llm").glob("*/config.json"))),
         ("figure4: sweep.json", run / "figure4" / "sweep.json"),
-        ("circuits: transformers A-C config.json", run / "circuits" / "runs" / "transformers-A-C" / "config.json"),
-        ("emergence: transformer D config.json", run / "emergence" / "runs" / "transformer-D" / "config.json"),
+        ("circuits: transformers A-C config.json", run / "circuits" / "runs" / CIRCUITS_RUN / "config.json"),
+        ("emergence: transformer D config.json", run / "emergence" / "runs" / EMERGENCE_RUN / "config.json"),
     ]
     return [{"name": name, "text": p.read_text()} for name, p in files if p.exists()]
 

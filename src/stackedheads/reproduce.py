@@ -13,8 +13,9 @@ Stages, each in its own sub-folder (``out/<stage>/``):
 
 A stage writes ``done.json`` (its summary and wall time) last, so re-running skips finished
 stages; an interrupted stage resumes from what it left (training checkpoints, the benchmark's
-per-sample log, finished sweep runs). The run ends with the HTML report
-(:mod:`stackedheads.report`).
+per-sample log, finished sweep runs). The HTML report (:mod:`stackedheads.report`) is written
+from the folder afterwards (the CLI does it); this module never imports the report, and the
+names both use live in :mod:`stackedheads.layout`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 from stackedheads import presets, theory
 from stackedheads.errors import UsageError, public_url
 from stackedheads.executors import Executor, Job, LocalExecutor, run_dir
+from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN, STAGE_NAMES
 from stackedheads.storage import FolderLock, atomic_write_text, read_state_json
 from stackedheads.tasks import prompts
 from stackedheads.train import TrainConfig
@@ -162,7 +164,6 @@ PRESETS = {
     ),
 }
 
-STAGE_NAMES = ("theory", "prompts", "llm", "figure4", "circuits", "emergence")
 
 
 def get_preset(name: str) -> ReproducePreset:
@@ -310,7 +311,7 @@ def stage_circuits(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
     from stackedheads.circuits.maps import attention_maps
 
     cfg = ctx.train_config(preset.circuits, preset.circuits_seeds)
-    job = Job("transformers-A-C", "ic", cfg)
+    job = Job(CIRCUITS_RUN, "ic", cfg)
     ctx.executor_for("circuits").run([job], out)
     run = run_dir(out, job)
     for seed in cfg.seeds:  # Appendix C: one set of maps per transformer
@@ -323,7 +324,7 @@ def stage_emergence(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
     from stackedheads.emergence import emergence_run
 
     cfg = ctx.train_config(preset.emergence, preset.emergence_seeds)
-    job = Job("transformer-D", "ic", cfg)
+    job = Job(EMERGENCE_RUN, "ic", cfg)
     ctx.executor_for("emergence").run([job], out)
     run = run_dir(out, job)
     discovered = _discover(preset, run, out / "discovered")
@@ -367,11 +368,10 @@ def reproduce(
     dtype: str | None = None,
     llm: LLMChoice | None = None,
     skip: tuple[str, ...] = (),
-    report: bool = True,
     workers: int | None = None,
     threads: int | None = None,
 ) -> dict:
-    """Run every stage not yet done (and not skipped) into ``out_dir``, then write the report.
+    """Run every stage not yet done (and not skipped) into ``out_dir``.
 
     Training jobs run on ``executor`` (default: this machine, ``workers`` processes of ``threads``
     threads, see :class:`~stackedheads.executors.LocalExecutor`). Returns ``summary.json``.
@@ -393,10 +393,10 @@ def reproduce(
             raise UsageError("--device cuda was asked for but no CUDA device is available")
     out = Path(out_dir)
     with FolderLock(out, "reproduce"):  # a second process on the folder gets one line
-        return _reproduce_locked(preset, out, ctx, choice, device, dtype, skip, progress, report)
+        return _reproduce_locked(preset, out, ctx, choice, device, dtype, skip, progress)
 
 
-def _reproduce_locked(preset, out: Path, ctx: Context, choice, device, dtype, skip, progress, report) -> dict:
+def _reproduce_locked(preset, out: Path, ctx: Context, choice, device, dtype, skip, progress) -> dict:
     config = {
         "preset": json.loads(json.dumps(asdict(preset))),
         "llm": choice.public() if choice else None,
@@ -444,8 +444,4 @@ def _reproduce_locked(preset, out: Path, ctx: Context, choice, device, dtype, sk
         "wall_s_this_invocation": round(time.perf_counter() - started, 3),
     }
     _write_json(out / "summary.json", summary)
-    if report:
-        from stackedheads.report import write_report
-
-        summary["report"] = str(write_report(out))
     return summary

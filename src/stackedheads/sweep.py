@@ -277,7 +277,7 @@ def _c2(ic: list[dict]) -> dict:
         verdict = PASS
     else:
         verdict = INCONCLUSIVE
-        measured += f"; too few decided runs: train longer or use more layers so that x2.. cross"
+        measured += "; too few decided runs: train longer or use more layers so that x2.. cross"
     return {
         "claim": claim, "threshold": thresholds, "runs": len(ic), "verdict": verdict, "measured": measured,
         "in_order": groups["in order"], "out_of_order": groups["out of order"], "ties": groups["tie"],

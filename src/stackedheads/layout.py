@@ -1,0 +1,39 @@
+"""Where things lie in a ``reproduce`` folder: the names every stage writes and every reader
+(claims, report) looks for. One place, so that writers and readers never import each other.
+
+    DIR/config.json, DIR/summary.json
+    DIR/<stage>/done.json                       a stage is finished (its summary, wall time)
+    DIR/theory/theory.jsonl                     Sec. 5
+    DIR/prompts/<formulation>.jsonl             Sec. 3-4
+    DIR/llm/[<model>/]results.json, comparison.json, figure2*.png    Sec. 4
+    DIR/figure4/{sweep.json, runs/<job>/, summary.csv, claims.json, figure4.png}   Sec. 7
+    DIR/circuits/{runs/transformers-A-C/, maps/seed*/, discovered/seed*/}          Sec. 8
+    DIR/emergence/{runs/transformer-D/, discovered/seed*/, timeline/seed*/}        Sec. 9
+    DIR/report/{index.html, claims.json, img/}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+STAGE_NAMES = ("theory", "prompts", "llm", "figure4", "circuits", "emergence")
+CIRCUITS_RUN = "transformers-A-C"  # Sec. 8: transformers A, B and C (one ensemble member each)
+EMERGENCE_RUN = "transformer-D"  # Sec. 9
+DONE = "done.json"
+
+
+def stage_dir(run: Path, stage: str) -> Path:
+    return Path(run) / stage
+
+
+def training_run(stage_folder: Path, name: str) -> Path:
+    """The run folder of a training job inside a stage folder (``<stage>/runs/<name>``)."""
+    return Path(stage_folder) / "runs" / name
+
+
+def discovered(stage_folder: Path) -> Path:
+    return Path(stage_folder) / "discovered"
+
+
+def timeline(stage_folder: Path) -> Path:
+    return Path(stage_folder) / "timeline"
