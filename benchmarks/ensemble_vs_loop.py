@@ -4,7 +4,7 @@ The paper trains 8 seeds per model size (Sec. 7.1). This benchmark does the same
 and reports model-steps per second (one model-step = one AdamW step of one model on one batch):
 
 * ``ensemble`` -- one :class:`~stackedheads.model.EnsembleTransformer` holding E = 8 seeds and
-  one AdamW, stepped exactly as ``stackedheads.train`` does (per-member summed MSE); one
+  one AdamW, stepped exactly as ``stackedheads.training`` does (per-member summed MSE); one
   ensemble step is E model-steps;
 * ``loop`` -- a nanoGPT-style implementation of the same model (``nn.Linear``, ``nn.LayerNorm``,
   fused qkv, ``scaled_dot_product_attention``), 8 copies each with its own AdamW, trained one
@@ -48,7 +48,7 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -62,7 +62,7 @@ from stackedheads.model import (
     flops_per_step,
 )
 from stackedheads.perf import keep_freed_memory
-from stackedheads.train import DTYPES, TrainConfig, member_batches
+from stackedheads.training import DTYPES, TrainConfig, member_batches
 
 N_MEMBERS = 8  # seeds per size in the paper (Sec. 7.1)
 PEAK_SIZE = 2048
@@ -181,7 +181,7 @@ def autocast(dtype: torch.dtype):
 
 
 class EnsembleEngine:
-    """E models in one module and one optimizer; the step of stackedheads.train."""
+    """E models in one module and one optimizer; the step of stackedheads.training."""
 
     def __init__(self, model: EnsembleTransformer, cfg: TrainConfig, dtype: torch.dtype) -> None:
         self.model, self.dtype = model, dtype
@@ -310,8 +310,8 @@ def measure(size: Size, dtype_name: str, peaks: dict[str, float]) -> dict:
 
 def sizes(quick: bool) -> list[Size]:
     seeds = tuple(range(N_MEMBERS))
-    quick_cfg = replace(presets.QUICK, seeds=seeds)
-    paper_cfg = replace(presets.PAPER, seeds=seeds)  # n_layers 4, the preset's
+    quick_cfg = presets.QUICK.override(seeds=seeds)
+    paper_cfg = presets.PAPER.override(seeds=seeds)  # n_layers 4, the preset's
     if quick:
         return [Size("quick", quick_cfg, warmup=1, steps=2, rounds=2)]
     # A paper-size ensemble step is ~0.9 TFLOP (seconds on a CPU), so one timed step per

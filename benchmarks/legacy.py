@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from stackedheads.model import LN_EPS, EnsembleTransformer, broadcast_pattern, ensemble_linear
-from stackedheads.train import TrainConfig, _exempt
+from stackedheads.training.config import TrainConfig
+from stackedheads.training.optim import _exempt
 
 
 def _layer_norm(self, x: Tensor) -> Tensor:
@@ -91,11 +92,12 @@ def legacy_optimizer(model: EnsembleTransformer, cfg: TrainConfig) -> torch.opti
     """The old AdamW: the single-tensor implementation (PyTorch's default on the CPU)."""
     decay, no_decay = [], []
     for name, p in model.named_parameters():
-        (no_decay if _exempt(name, cfg.decay_exempt) else decay).append(p)
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}]
+        (no_decay if _exempt(name, cfg.optim.decay_exempt) else decay).append(p)
+    groups = [{"params": decay, "weight_decay": cfg.optim.weight_decay}]
     if no_decay:
         groups.append({"params": no_decay, "weight_decay": 0.0})
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay, foreach=False)
+    o = cfg.optim
+    return torch.optim.AdamW(groups, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay, foreach=False)
 
 
 def legacy_loss(pred: Tensor, y: Tensor) -> Tensor:
@@ -103,8 +105,8 @@ def legacy_loss(pred: Tensor, y: Tensor) -> Tensor:
 
 
 def patch_train() -> None:
-    """Make ``stackedheads.train.train`` run the old step (in a benchmark worker process only)."""
-    import stackedheads.train as t
+    """Make ``stackedheads.training.train`` run the old step (in a benchmark worker process only)."""
+    import stackedheads.training.loop as t
 
     t.EnsembleTransformer = LegacyEnsemble
     t.make_optimizer = legacy_optimizer

@@ -14,28 +14,27 @@ from __future__ import annotations
 import argparse
 import platform
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from stackedheads import presets
-from stackedheads.train import TrainConfig, read_metrics, train
+from stackedheads.training import TrainConfig, read_metrics, train
 
 THRESHOLD = 0.5  # Sec. 7.2 / Fig. 4 right: a position is learned when its partial loss < 0.5 (N = 4)
 
-BASE = replace(presets.QUICK, task=replace(presets.QUICK.task, chains=4))
+BASE = presets.QUICK.override(chains=4)
 PLAIN = {"warmup_steps": 0, "schedule": "constant", "grad_clip": 0.0, "decay_exempt": ()}
 
 # name -> (why it is tried, config)
 CANDIDATES: dict[str, tuple[str, TrainConfig]] = {
-    "d2-plain": ("the first round's recipe: constant lr, no clipping", replace(BASE, **PLAIN)),
+    "d2-plain": ("the first round's recipe: constant lr, no clipping", BASE.override(**PLAIN)),
     "d2-gpt2": ("GPT-2 recipe (warm-up 100, cosine, clip 1.0)", BASE),
-    "d2-gpt2-lr3e-3": ("higher peak lr with the warm-up", replace(BASE, lr=3e-3)),
-    "d2-gpt2-pairpe": ("pair-indexed positional codes (App. B Def. 3)", replace(BASE, task=replace(BASE.task, pe="pair"))),
-    "d2-gpt2-3k": ("50% more steps", replace(BASE, steps=3000)),
-    "d2-gpt2-b256": ("batch 256", replace(BASE, batch_size=256)),
-    "d2-gpt2-lr5e-4": ("lower peak lr: does the plateau lengthen?", replace(BASE, lr=5e-4)),
-    "d2-gpt2-warm400": ("4x longer warm-up: does the plateau lengthen?", replace(BASE, warmup_steps=400)),
-    "d3-gpt2-4L-3k": ("D = 3, 4 layers (causal minimum for x3: 3)", replace(BASE, task=replace(BASE.task, depth=3), n_layers=4, steps=3000)),
+    "d2-gpt2-lr3e-3": ("higher peak lr with the warm-up", BASE.override(lr=3e-3)),
+    "d2-gpt2-pairpe": ("pair-indexed positional codes (App. B Def. 3)", BASE.override(pe="pair")),
+    "d2-gpt2-3k": ("50% more steps", BASE.override(steps=3000)),
+    "d2-gpt2-b256": ("batch 256", BASE.override(batch_size=256)),
+    "d2-gpt2-lr5e-4": ("lower peak lr: does the plateau lengthen?", BASE.override(lr=5e-4)),
+    "d2-gpt2-warm400": ("4x longer warm-up: does the plateau lengthen?", BASE.override(warmup_steps=400)),
+    "d3-gpt2-4L-3k": ("D = 3, 4 layers (causal minimum for x3: 3)", BASE.override(depth=3, n_layers=4, steps=3000)),
 }
 
 
@@ -48,9 +47,9 @@ def first_below(rows: list[dict], seed: int, col: str) -> int | None:
 
 def describe(cfg: TrainConfig) -> str:
     t = cfg.task
-    recipe = f"{cfg.schedule}" + (f", warm-up {cfg.warmup_steps}" if cfg.warmup_steps else "") + (f", clip {cfg.grad_clip:g}" if cfg.grad_clip else "")
-    return (f"N={t.chains} D={t.depth} K={t.dims} pe={t.pe}; {cfg.n_layers}L x {cfg.n_heads}H, d={cfg.d_model}; "
-            f"batch {cfg.batch_size}, lr {cfg.lr:g}, {recipe}")
+    recipe = f"{cfg.optim.schedule}" + (f", warm-up {cfg.optim.warmup_steps}" if cfg.optim.warmup_steps else "") + (f", clip {cfg.optim.grad_clip:g}" if cfg.optim.grad_clip else "")
+    return (f"N={t.chains} D={t.depth} K={t.dims} pe={t.pe}; {cfg.model.n_layers}L x {cfg.model.n_heads}H, d={cfg.model.d_model}; "
+            f"batch {cfg.batch_size}, lr {cfg.optim.lr:g}, {recipe}")
 
 
 def row_for(name: str, why: str, cfg: TrainConfig, run: Path) -> str:

@@ -73,7 +73,7 @@ def _worker(spec: dict) -> dict:
         legacy.patch_train()
     if spec["kind"] == "sweep":
         return _sweep(spec)
-    import stackedheads.train as t
+    import stackedheads.training.loop as t  # the names the loop trains with (legacy.py patches them)
 
     cfg = presets.get(spec["size"])
     if spec["kind"] == "profile":
@@ -88,7 +88,7 @@ def _worker(spec: dict) -> dict:
         loss = t.member_mse(pred, b.targets)
         opt.zero_grad(set_to_none=True)
         loss.sum().backward()
-        t.clip_grad_norm_per_member_(model, cfg.grad_clip or 1.0)
+        t.clip_grad_norm_per_member_(model, cfg.optim.grad_clip or 1.0)
         opt.step()
 
     for b in batches[:2]:  # warm-up: AdamW allocates its state, the allocator its arenas
@@ -134,7 +134,7 @@ def _profile(cfg, t) -> dict:
         loss = t.member_mse(pred, b.targets)
         opt.zero_grad(set_to_none=True)
         loss.sum().backward()
-        t.clip_grad_norm_per_member_(model, cfg.grad_clip or 1.0)
+        t.clip_grad_norm_per_member_(model, cfg.optim.grad_clip or 1.0)
         opt.step()
 
     step(0)
@@ -166,19 +166,19 @@ def _profile(cfg, t) -> dict:
 def _sweep(spec: dict) -> dict:
     import torch
 
-    from stackedheads import sweep
+    from stackedheads import presets
     from stackedheads.executors import LocalExecutor
 
     steps = spec["steps"]
-    s = sweep.FIGURE4["quick"]
+    s = presets.FIGURE4.get("quick")
     scale = steps / s.base.steps  # evaluations keep their share of the work
-    base = replace(s.base, steps=steps, warmup_steps=max(1, round(s.base.warmup_steps * scale)),
-                   final_window=max(1, round(s.base.final_window * scale)), ckpt_every=steps)
+    base = s.base.override(steps=steps, warmup_steps=max(1, round(s.base.optim.warmup_steps * scale)),
+                           final_window=max(1, round(s.base.final_window * scale)), ckpt_every=steps)
     spec_ = replace(s, base=base)
     out = Path(spec["out"])
     t0 = time.perf_counter()
     if spec["path"] == "old":  # one job after another in this process, default threads
-        from stackedheads.train import train
+        from stackedheads.training import train
 
         for job in spec_.jobs():
             train(job.config, out / job.name)

@@ -22,6 +22,7 @@ from stackedheads.circuits.discover import (
 from stackedheads.errors import UsageError
 from stackedheads.model import EnsembleTransformer, ModelConfig
 from stackedheads.tasks.vectors import VectorTaskConfig, batch_indices, make_batch
+from stackedheads.claims import sec8
 
 U, KEPT = rules.UNIFORM, rules.KEPT
 
@@ -131,6 +132,7 @@ def forced_model():
     return train_forced(Forced)
 
 
+@pytest.mark.slow
 def test_forced_model_solves_the_task(forced_model):
     model, task, val = forced_model
     loss, _ = ablated_loss(model, val, task)
@@ -140,6 +142,7 @@ def test_forced_model_solves_the_task(forced_model):
     assert ablated_loss(model, val, task, replaced_patterns(broken, val.meta))[0] > 0.3
 
 
+@pytest.mark.slow
 def test_discovery_recovers_the_known_circuit(forced_model, tmp_path):
     model, task, val = forced_model
     found = discover(model, val, task, DiscoverConfig(tolerance=0.02))
@@ -226,6 +229,7 @@ def redundant_model():
     return train_forced(ForcedRedundant, drops=([(0, 0, 2)], [(1, 0, 2)]), steps=600)
 
 
+@pytest.mark.slow
 def test_discovery_reports_both_redundant_paths(redundant_model):
     model, task, val = redundant_model
     assert ablated_loss(model, val, task)[0] < 0.05
@@ -275,8 +279,8 @@ def test_a_circuit_the_rules_cannot_explain_is_reported_partial(forced_model, mo
 
     full = rules.library
 
-    def no_s2(depth, extra=None):
-        return {k: v for k, v in full(depth, extra).items() if k != "s+2"}
+    def no_s2(depth):
+        return {k: v for k, v in full(depth).items() if k != "s+2"}
 
     monkeypatch.setattr(disc, "library", no_s2)
     model, task, val = forced_model
@@ -291,7 +295,7 @@ def test_a_circuit_the_rules_cannot_explain_is_reported_partial(forced_model, mo
     train_summary = {"config": {"n_layers": 3, "n_heads": 1, "task": {"chains": 2, "depth": 2}},
                      "seeds": {"0": {"final_val_loss": s["unablated"]["loss"],
                                      "final_partial": {f"val_x{j}": p for j, p in enumerate(s["unablated"]["partial"], 1)}}}}
-    a3 = {c.id: c for c in claims.circuit_claims({"train": train_summary, "circuits": {"0": s}})}["A3"]
+    a3 = {c.id: c for c in sec8.circuit_claims({"train": train_summary, "circuits": {"0": s}})}["A3"]
     assert a3.verdict == claims.INCONCLUSIVE
     assert "partial circuit: x1, x2 over budget" in a3.measured and "L1.0 query" in a3.measured
 

@@ -1,53 +1,48 @@
 """The command line as a user meets it: real subprocesses, exit codes, one-line errors."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-CLI = [sys.executable, "-m", "stackedheads"]
+pytestmark = pytest.mark.slow  # real subprocesses, servers or whole pipelines: `make test-fast` skips them
 
 
-def run(*args, **kw):
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, **kw)
 
-
-def test_help_everywhere():
+def test_help_everywhere(cli_process):
     for args in ([], ["--help"], ["prompts", "--help"], ["theory", "--help"], ["reproduce", "--help"], ["report", "--help"]):
-        r = run(*args)
-        assert r.returncode == 0, (args, r.stderr)
-        assert "Usage" in r.stdout
+        r = cli_process(*args)
+        assert r.code == 0, (args, r.err)
+        assert "Usage" in r.out
 
 
-def test_prompts_jsonl_is_deterministic(tmp_path):
+def test_prompts_jsonl_is_deterministic(tmp_path, cli_process):
     args = ["prompts", "--formulation", "lives-with", "--depth", "3", "--chains", "3", "--n", "4", "--seed", "9"]
-    a, b = run(*args), run(*args)
-    assert a.returncode == 0 and a.stdout == b.stdout
-    rows = [json.loads(line) for line in a.stdout.splitlines()]
+    a, b = cli_process(*args), cli_process(*args)
+    assert a.code == 0 and a.out == b.out
+    rows = [json.loads(line) for line in a.out.splitlines()]
     assert len(rows) == 4
     for r in rows:
         assert {"prompt", "answer", "acceptable", "formulation", "depth", "chains", "seed"} <= set(r)
         assert r["depth"] == 3 and r["chains"] == 3 and r["answer"] in r["acceptable"]
     out = tmp_path / "q.jsonl"
-    assert run(*args, "--out", str(out)).returncode == 0
-    assert out.read_text() == a.stdout
+    assert cli_process(*args, "--out", str(out)).code == 0
+    assert out.read_text() == a.out
 
 
-def test_theory_json_keys():
-    r = run("theory", "--max-depth", "4", "--json")
-    rows = [json.loads(line) for line in r.stdout.splitlines()]
+def test_theory_json_keys(cli_process):
+    r = cli_process("theory", "--max-depth", "4", "--json")
+    rows = [json.loads(line) for line in r.out.splitlines()]
     assert [x["depth"] for x in rows] == [1, 2, 3, 4]
     for x in rows:
         assert set(x) == {"depth", "paper_bound", "min_layers", "min_layers_causal", "min_layers_causal_per_position"}
         assert len(x["min_layers_causal_per_position"]) == x["depth"]
 
 
-def test_theory_out_writes_plot(tmp_path):
-    r = run("theory", "--max-depth", "3", "--out", str(tmp_path))
-    assert r.returncode == 0
+def test_theory_out_writes_plot(tmp_path, cli_process):
+    r = cli_process("theory", "--max-depth", "3", "--out", str(tmp_path))
+    assert r.code == 0
     assert (tmp_path / "theory.png").stat().st_size > 0 and (tmp_path / "theory.svg").exists()
-    assert "┃" in r.stdout  # the table
+    assert "┃" in r.out  # the table
 
 
 @pytest.mark.parametrize(
@@ -69,9 +64,9 @@ def test_theory_out_writes_plot(tmp_path):
         ["no-such-verb"],
     ],
 )
-def test_bad_input_is_one_line_exit_2(args):
-    r = run(*args)
-    assert r.returncode == 2, r
-    assert "Traceback" not in r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("stackedheads: error:"), r.stderr
+def test_bad_input_is_one_line_exit_2(args, cli_process):
+    r = cli_process(*args)
+    assert r.code == 2, r
+    assert "Traceback" not in r.err
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("stackedheads: error:"), r.err

@@ -9,9 +9,11 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from stackedheads import depth, theory
-from stackedheads.claims import FAIL, NOT_RUN, PASS, Claim
+from stackedheads.claims import FAIL, INCONCLUSIVE, NOT_RUN, PASS, Claim
 from stackedheads.errors import UsageError
 from stackedheads.sweep import cross_threshold
+from stackedheads.claims import beyond
+from stackedheads import presets
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -37,9 +39,10 @@ def smoke(tmp_path_factory):
     return out, r
 
 
+@pytest.mark.slow
 def test_smoke_grid_writes_every_file(smoke):
     out, r = smoke
-    spec = depth.DEPTH["smoke"]
+    spec = presets.DEPTH.get("smoke")
     assert sorted(p.name for p in (out / "runs").iterdir()) == sorted(j.name for j in spec.jobs())
     assert len(spec.jobs()) == len(spec.depths) * len(spec.layers)
     rows = depth.read_results(out)
@@ -64,7 +67,7 @@ def test_smoke_grid_writes_every_file(smoke):
     table = json.loads((out / "phase.json").read_text())
     assert [t["depth"] for t in table] == [1, 2]
     assert [t["causal_min"] for t in table] == [2, 3] and [t["paper_bound"] for t in table] == [1, 2]
-    assert all(t["d2"]["verdict"] in (PASS, FAIL, depth.INCONCLUSIVE) for t in table)
+    assert all(p["verdict"] in (PASS, FAIL, INCONCLUSIVE) for p in beyond.d2_per_depth(rows))
     assert [c["id"] for c in json.loads((out / "claims.json").read_text())] == ["D1", "D2"]
     assert_valid_figures(out)
     # The CLI prints the per-D table and both claims.
@@ -72,17 +75,18 @@ def test_smoke_grid_writes_every_file(smoke):
 
 
 def _metrics(folder):
-    from stackedheads.train import read_metrics
+    from stackedheads.training import read_metrics
 
     return [{**m, "seed": str(m["seed"])} for m in read_metrics(folder)]
 
 
+@pytest.mark.slow
 def test_collect_reads_learned_and_first_step_from_the_run_folders(smoke, monkeypatch):
     # The smoke runs learn nothing in 30 steps; with a threshold above every loss, every
     # position is learned and first crosses at the first evaluation (eval_every = 10).
     out, _ = smoke
     monkeypatch.setattr(depth, "cross_threshold", lambda chains: 10.0)
-    rows = depth.collect(depth.DEPTH["smoke"].jobs(), out)
+    rows = depth.collect(presets.DEPTH.get("smoke").jobs(), out)
     assert all(r["learned_all"] and r["fraction_learned"] == 1.0 for r in rows)
     assert all(r["first_step"] == {"0": 10, "1": 10} for r in rows)
     assert [t["trained_min"] for t in depth.phase_table(rows)] == [1, 1]
@@ -104,22 +108,23 @@ def test_second_run_retrains_nothing(smoke, monkeypatch):
         raise AssertionError("a finished job was trained again")
 
     monkeypatch.setattr("stackedheads.executors.train", no_training)
-    result = depth.run_depth(depth.depth_spec("smoke"), out)
+    result = depth.run_depth(presets.depth("smoke"), out)
     assert result.trained == 0
     assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("*") if p.is_file()} == stamps
     assert depth.read_results(out) == before
 
 
 def test_other_grid_in_the_same_folder_is_refused(tmp_path):
-    depth.atomic_write_json(tmp_path / depth.SPEC_FILE, depth.depth_spec("smoke").to_dict())
+    depth.atomic_write_json(tmp_path / depth.SPEC_FILE, presets.depth("smoke").to_dict())
     with pytest.raises(UsageError, match="another grid") as e:
-        depth.run_depth(depth.depth_spec("smoke", layers=(1, 2, 3)), tmp_path)
+        depth.run_depth(presets.depth("smoke", layers=(1, 2, 3)), tmp_path)
     assert "\n" not in str(e.value)
     assert not (tmp_path / "runs").exists()  # refused before any training
 
 
+@pytest.mark.slow
 def test_cli_refuses_other_grid_and_bad_ranges_in_one_line(tmp_path):
-    depth.atomic_write_json(tmp_path / depth.SPEC_FILE, depth.depth_spec("smoke").to_dict())
+    depth.atomic_write_json(tmp_path / depth.SPEC_FILE, presets.depth("smoke").to_dict())
     for args in (["--depths", "1-3"], ["--layers", "three"], ["--preset", "huge"], ["--seeds", "0,0"]):
         r = subprocess.run(
             [sys.executable, "-m", "stackedheads", "sweep", "depth", "--out", str(tmp_path), "--preset", "smoke", *args]
@@ -141,7 +146,7 @@ def test_folder_locked_by_another_process_is_refused(tmp_path):
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(UsageError, match="in use"):
-            depth.run_depth(depth.depth_spec("smoke"), tmp_path)
+            depth.run_depth(presets.depth("smoke"), tmp_path)
         assert not (tmp_path / "runs").exists()
     finally:
         holder.kill()
@@ -151,32 +156,32 @@ def test_folder_locked_by_another_process_is_refused(tmp_path):
 def test_damaged_results_file_is_one_line(tmp_path):
     (tmp_path / "results.jsonl").write_text('{"depth": 1\n')
     with pytest.raises(UsageError, match="damaged"):
-        depth.claims_from_folder(tmp_path)
+        beyond.claims_from_folder(tmp_path)
 
 
 def test_spec_round_trips_through_json():
-    spec = depth.depth_spec("quick", depths=(1, 3), seeds=(4,))
+    spec = presets.depth("quick", depths=(1, 3), seeds=(4,))
     assert depth.DepthSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
 
 
 def test_presets():
-    paper = depth.DEPTH["paper"]
+    paper = presets.DEPTH.get("paper")
     # Sec. 7.1: N = 4, 8 runs per shape, 1..8 layers, 10k steps, batch 512, GPT-2 recipe.
     assert paper.base.task.chains == 4 and paper.seeds == tuple(range(8))
     assert paper.depths == tuple(range(1, 9)) and paper.layers == tuple(range(1, 9))
-    assert paper.base.steps == 10_000 and paper.base.batch_size == 512 and paper.base.schedule == "cosine"
-    quick = depth.DEPTH["quick"]
+    assert paper.base.steps == 10_000 and paper.base.batch_size == 512 and paper.base.optim.schedule == "cosine"
+    quick = presets.DEPTH.get("quick")
     assert quick.base.task.chains == 2 and quick.depths == (1, 2, 3, 4)
-    assert quick.base.warmup_steps > 0 and quick.base.grad_clip == 1.0 and quick.base.schedule == "cosine"
+    assert quick.base.optim.warmup_steps > 0 and quick.base.optim.grad_clip == 1.0 and quick.base.optim.schedule == "cosine"
     # The quick layers start below every causal minimum and reach x4's minimum plus the D2 gap.
     assert min(quick.layers) < theory.min_layers(1, causal=True)
-    assert max(quick.layers) >= theory.min_layers(4, causal=True) + depth.GAP_MAX
+    assert max(quick.layers) >= theory.min_layers(4, causal=True) + beyond.GAP_MAX
     # Every job is IC at its own depth and layer count, one ensemble over the seeds.
     for job in paper.jobs():
         assert job.config.task.ic and job.config.seeds == paper.seeds
-    assert {(j.config.task.depth, j.config.n_layers) for j in paper.jobs()} == {(d, n) for d in range(1, 9) for n in range(1, 9)}
+    assert {(j.config.task.depth, j.config.model.n_layers) for j in paper.jobs()} == {(d, n) for d in range(1, 9) for n in range(1, 9)}
     with pytest.raises(UsageError, match="unknown depth preset"):
-        depth.depth_spec("huge")
+        presets.depth("huge")
 
 
 @pytest.mark.parametrize(
@@ -195,9 +200,9 @@ def test_parse_ints_rejects(text):
 
 def test_grid_values_must_be_positive_and_distinct():
     with pytest.raises(UsageError):
-        depth.depth_spec("smoke", depths=(0, 1))
+        presets.depth("smoke", depths=(0, 1))
     with pytest.raises(UsageError):
-        depth.depth_spec("smoke", layers=())
+        presets.depth("smoke", layers=())
 
 
 # --- the claims on synthetic rows --------------------------------------------------------------
@@ -236,16 +241,16 @@ def theory_like():
 
 
 def verdicts(rows):
-    return {c.id: c.verdict for c in depth.depth_claims(rows)}
+    return {c.id: c.verdict for c in beyond.depth_claims(rows)}
 
 
 def test_claims_pass_when_training_matches_the_causal_minimum():
-    cs = depth.depth_claims(theory_like())
-    assert all(isinstance(c, Claim) and c.section == depth.SECTION for c in cs)
+    cs = beyond.depth_claims(theory_like())
+    assert all(isinstance(c, Claim) and c.section == beyond.SECTION for c in cs)
     assert [(c.id, c.verdict) for c in cs] == [("D1", PASS), ("D2", PASS)]
     d1, d2 = cs
     assert "0 of" in d1.measured and str(round(THR, 4)) in d1.measured  # the threshold is stated
-    assert f"gap <= {depth.GAP_MAX}" in d2.measured and "D=2 PASS" in d2.measured
+    assert f"gap <= {beyond.GAP_MAX}" in d2.measured and "D=2 PASS" in d2.measured
     table = depth.phase_table(theory_like())
     assert [(t["trained_min"], t["causal_min"], t["gap"]) for t in table] == [(2, 2, 0), (3, 3, 0)]
     assert table[1]["trained_min_per_position"] == {"x1": 2, "x2": 3}
@@ -256,7 +261,7 @@ def test_d1_fails_loudly_on_a_run_learning_below_the_causal_minimum():
     # learns it with 1.
     rows = theory_like()
     rows = [r for r in rows if (r["depth"], r["layers"], r["position"]) != (2, 1, 2)] + [row(2, 1, 2, [False, True])]
-    d1 = depth.claim_d1(rows)
+    d1 = beyond.claim_d1(rows)
     assert d1.verdict == FAIL
     assert "VIOLATION" in d1.measured and "D=2 L=1 x2 seed 1" in d1.measured
     assert "seed 0" not in d1.measured  # only the violating run is named
@@ -269,24 +274,24 @@ def test_d1_violation_in_every_seed_also_fails_d2():
 
 def test_never_learned_is_inconclusive_and_says_what_is_missing():
     rows = grid(1, (1, 2, 3), {1: 2}) + grid(2, (1, 2, 3), {1: 2, 2: None})
-    d2 = depth.claim_d2(rows)
-    assert d2.verdict == depth.INCONCLUSIVE
+    d2 = beyond.claim_d2(rows)
+    assert d2.verdict == INCONCLUSIVE
     assert "x2 never learned" in d2.measured and "train longer or try more layers" in d2.measured
     assert depth.phase_table(rows)[1]["trained_min"] is None
     # D1 still has evidence from the positions that are learned (D=1 x1, D=2 x1).
-    assert depth.claim_d1(rows).verdict == PASS
+    assert beyond.claim_d1(rows).verdict == PASS
 
 
 def test_d2_fails_when_layers_within_the_gap_were_tried_and_did_not_learn():
     rows = grid(1, (1, 2, 3, 4), {1: 4})  # causal minimum 2: gap 2 > GAP_MAX, 2 and 3 tried
-    d2 = depth.claim_d2(rows)
+    d2 = beyond.claim_d2(rows)
     assert d2.verdict == FAIL and "gap 2" in d2.measured
 
 
 def test_d2_gap_above_threshold_without_trying_the_window_is_inconclusive():
     rows = grid(1, (1, 4), {1: 4})  # only an upper bound on the gap: 2 and 3 not tried
-    d2 = depth.claim_d2(rows)
-    assert d2.verdict == depth.INCONCLUSIVE and "no layer count in 2..3 was tried" in d2.measured
+    d2 = beyond.claim_d2(rows)
+    assert d2.verdict == INCONCLUSIVE and "no layer count in 2..3 was tried" in d2.measured
 
 
 def test_d2_needs_every_seed():
@@ -294,23 +299,23 @@ def test_d2_needs_every_seed():
     rows = [row(1, 1, 1, [False, False]), row(1, 2, 1, [False, True]), row(1, 3, 1, [True, True])]
     t = depth.phase_table(rows)[0]
     assert (t["trained_min"], t["trained_min_any_seed"], t["gap"]) == (3, 2, 1)
-    assert depth.claim_d2(rows).verdict == PASS
+    assert beyond.claim_d2(rows).verdict == PASS
     rows[-1] = row(1, 3, 1, [True, False])
-    assert depth.claim_d2(rows).verdict == depth.INCONCLUSIVE
+    assert beyond.claim_d2(rows).verdict == INCONCLUSIVE
 
 
 def test_d1_needs_positive_evidence():
     # Nothing tried below a causal minimum.
-    d1 = depth.claim_d1(grid(1, (2, 3), {1: 2}))
-    assert d1.verdict == depth.INCONCLUSIVE and "include smaller --layers" in d1.measured
+    d1 = beyond.claim_d1(grid(1, (2, 3), {1: 2}))
+    assert d1.verdict == INCONCLUSIVE and "include smaller --layers" in d1.measured
     # Tried below, but the position is never learned at all: not learning says nothing.
-    d1 = depth.claim_d1(grid(1, (1, 2, 3), {1: None}))
-    assert d1.verdict == depth.INCONCLUSIVE and "never learned at or above" in d1.measured
+    d1 = beyond.claim_d1(grid(1, (1, 2, 3), {1: None}))
+    assert d1.verdict == INCONCLUSIVE and "never learned at or above" in d1.measured
 
 
 def test_no_rows_is_not_run(tmp_path):
     assert verdicts([]) == {"D1": NOT_RUN, "D2": NOT_RUN}
-    assert [c.verdict for c in depth.claims_from_folder(tmp_path)] == [NOT_RUN, NOT_RUN]
+    assert [c.verdict for c in beyond.claims_from_folder(tmp_path)] == [NOT_RUN, NOT_RUN]
 
 
 def test_figure_on_synthetic_rows(tmp_path):

@@ -1,17 +1,14 @@
 """Emergence timelines, and the attention / circuit / emergence commands on a tiny trained run."""
 
 import json
-import subprocess
-import sys
-from dataclasses import replace
 
 import pytest
 
 from stackedheads import presets
 from stackedheads.emergence import first_crossing, first_seen, position_emergence, position_order
-from stackedheads.train import train
+from stackedheads.training import train
 
-CLI = [sys.executable, "-m", "stackedheads"]
+
 
 
 def test_first_crossing_interpolates_between_checkpoints():
@@ -53,35 +50,33 @@ def test_positions_emerge_with_the_paths_new_to_them():
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     run = tmp_path_factory.mktemp("tiny") / "run"
-    cfg = replace(presets.SMOKE, seeds=(0, 1), steps=40, ckpt_every=10, keep_checkpoints=True, d_model=32, n_heads=2)
+    cfg = presets.SMOKE.override(seeds=(0, 1), steps=40, ckpt_every=10, keep_checkpoints=True, d_model=32, n_heads=2)
     train(cfg, run)
     return run
 
 
-def run(*args):
-    return subprocess.run([*CLI, *args], capture_output=True, text=True)
-
-
-def test_attention_maps(tiny_run, tmp_path):
-    r = run("attention", str(tiny_run), "--out", str(tmp_path), "--seqs", "2", "--checkpoint", "20")
-    assert r.returncode == 0, r.stderr
+@pytest.mark.slow
+def test_attention_maps(tiny_run, tmp_path, cli_process):
+    r = cli_process("attention", str(tiny_run), "--out", str(tmp_path), "--seqs", "2", "--checkpoint", "20")
+    assert r.code == 0, r.err
     for name in ("layer0.png", "layer1.png", "grid.png", "grid.svg", "mean.png", "mean.svg"):
         assert (tmp_path / name).stat().st_size > 1000, name
 
 
-def test_discover_validate_and_emergence(tiny_run, tmp_path):
-    r = run("circuit", "discover", str(tiny_run), "--out", str(tmp_path / "c"), "--tolerance", "0.05")
-    assert r.returncode == 0, r.stderr
+@pytest.mark.slow
+def test_discover_validate_and_emergence(tiny_run, tmp_path, cli_process):
+    r = cli_process("circuit", "discover", str(tiny_run), "--out", str(tmp_path / "c"), "--tolerance", "0.05")
+    assert r.code == 0, r.err
     for seed in (0, 1):
         folder = tmp_path / "c" / f"seed{seed}"
         circuit = json.loads((folder / "circuit.json").read_text())
         assert len(circuit["heads"]) == 4 and circuit["info"]["seed"] == seed
         assert (folder / "circuit.png").exists() and (folder / "losses.json").exists()
-    r = run("circuit", "validate", str(tiny_run), "--spec", str(tmp_path / "c" / "seed1" / "circuit.json"))
-    assert r.returncode == 0, r.stderr
-    assert "combined" in r.stdout
-    r = run("emergence", str(tiny_run), "--out", str(tmp_path / "e"), "--circuits", str(tmp_path / "c"), "--seqs", "8")
-    assert r.returncode == 0, r.stderr
+    r = cli_process("circuit", "validate", str(tiny_run), "--spec", str(tmp_path / "c" / "seed1" / "circuit.json"))
+    assert r.code == 0, r.err
+    assert "combined" in r.out
+    r = cli_process("emergence", str(tiny_run), "--out", str(tmp_path / "e"), "--circuits", str(tmp_path / "c"), "--seqs", "8")
+    assert r.code == 0, r.err
     summary = json.loads((tmp_path / "e" / "summary.json").read_text())
     assert summary["ordering"]["runs"] == 2
     for seed in (0, 1):
@@ -94,15 +89,16 @@ def test_discover_validate_and_emergence(tiny_run, tmp_path):
         assert (tmp_path / "e" / f"seed{seed}" / "emergence_summary.svg").exists()
 
 
-def test_bad_inputs_are_one_line(tiny_run, tmp_path):
+@pytest.mark.slow
+def test_bad_inputs_are_one_line(tiny_run, tmp_path, cli_process):
     single = tmp_path / "single"
-    train(replace(presets.SMOKE, steps=10, ckpt_every=10), single)
+    train(presets.SMOKE.override(steps=10, ckpt_every=10), single)
     for args in (
         ["emergence", str(single), "--out", str(tmp_path / "x")],
         ["attention", str(tmp_path / "nowhere"), "--out", str(tmp_path / "y")],
         ["attention", str(tiny_run), "--out", str(tmp_path / "y"), "--checkpoint", "7"],
         ["circuit", "validate", str(tiny_run), "--spec", str(tmp_path / "missing.json")],
     ):
-        r = run(*args)
-        assert r.returncode == 2, (args, r.stderr)
-        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+        r = cli_process(*args)
+        assert r.code == 2, (args, r.err)
+        assert len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err

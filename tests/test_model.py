@@ -231,16 +231,11 @@ def test_member_equals_standalone_model() -> None:
     assert not torch.equal(ens.W_in[0], ens.W_in[1])
 
 
-def test_stack_and_member_are_inverse() -> None:
+def test_member_extracts_one_seed() -> None:
     ens = EnsembleTransformer(TINY, [5, 6, 7])
-    back = EnsembleTransformer.stack([ens.member(i) for i in range(3)])
-    assert back.seeds == (5, 6, 7) and params_equal(back, ens)
-    parts = [EnsembleTransformer(TINY, [5]), EnsembleTransformer(TINY, [6, 7])]
-    merged = EnsembleTransformer.stack(parts)
-    assert params_equal(merged, ens)
+    for i, seed in enumerate((5, 6, 7)):
+        assert ens.member(i).seeds == (seed,) and params_equal(ens.member(i), EnsembleTransformer(TINY, [seed]))
     assert params_equal(ens.member(-1), ens.member(2))
-    with pytest.raises(UsageError):
-        EnsembleTransformer.stack([ens, EnsembleTransformer(ModelConfig(), [1])])
     with pytest.raises(UsageError):
         ens.member(3)
 

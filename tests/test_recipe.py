@@ -1,10 +1,8 @@
 """The training recipe (issue 13) and the run folder's crash safety (issue 15, training part)."""
 
+import dataclasses
 import json
 import math
-import subprocess
-import sys
-from dataclasses import replace
 
 import pytest
 import torch
@@ -16,7 +14,7 @@ from stackedheads.errors import UsageError
 from stackedheads.model import EnsembleTransformer
 from stackedheads.storage import FolderLock
 from stackedheads.tasks.vectors import VectorTaskConfig, make_batch, position_codes
-from stackedheads.train import (
+from stackedheads.training import (
     GPT2_RECIPE,
     TrainConfig,
     checkpoint_path,
@@ -26,7 +24,7 @@ from stackedheads.train import (
     train,
 )
 
-RECIPE = replace(presets.SMOKE, seeds=(0, 1), steps=30, warmup_steps=6, schedule="cosine", grad_clip=0.5, betas=(0.9, 0.95))
+RECIPE = presets.SMOKE.override(seeds=(0, 1), steps=30, warmup_steps=6, schedule="cosine", grad_clip=0.5, betas=(0.9, 0.95))
 
 
 def metrics_without_wall(run_dir):
@@ -44,28 +42,28 @@ def metrics_without_wall(run_dir):
     floor=st.floats(0, 1),
 )
 def test_lr_schedule_shape(steps, warm_frac, schedule, floor):
-    cfg = replace(presets.SMOKE, steps=steps, warmup_steps=int(warm_frac * steps), schedule=schedule, min_lr_ratio=floor)
+    cfg = presets.SMOKE.override(steps=steps, warmup_steps=int(warm_frac * steps), schedule=schedule, min_lr_ratio=floor)
     lrs = [cfg.lr_at(s) for s in range(steps)]
-    w = cfg.warmup_steps
-    assert all(0 <= lr <= cfg.lr * (1 + 1e-12) for lr in lrs) and lrs[0] > 0
+    w = cfg.optim.warmup_steps
+    assert all(0 <= lr <= cfg.optim.lr * (1 + 1e-12) for lr in lrs) and lrs[0] > 0
     if w:
         assert lrs[:w] == sorted(lrs[:w])  # warm-up rises
-        assert math.isclose(lrs[w - 1], cfg.lr * w / w)
+        assert math.isclose(lrs[w - 1], cfg.optim.lr * w / w)
     after = lrs[w:]
     assert after == sorted(after, reverse=True)  # never rises after warm-up
     if schedule == "constant":
-        assert all(math.isclose(lr, cfg.lr) for lr in after)
+        assert all(math.isclose(lr, cfg.optim.lr) for lr in after)
     elif len(after) > 1:
-        assert math.isclose(after[0], cfg.lr)
-        assert math.isclose(after[-1], cfg.lr * floor, abs_tol=1e-12)
+        assert math.isclose(after[0], cfg.optim.lr)
+        assert math.isclose(after[-1], cfg.optim.lr * floor, abs_tol=1e-12)
 
 
 def test_gpt2_recipe_values():
     # What the README promises for the paper presets.
     for name in ("paper", "sec8", "sec9"):
         cfg = presets.get(name)
-        assert (cfg.schedule, cfg.min_lr_ratio, cfg.grad_clip) == ("cosine", 0.1, 1.0)
-        assert cfg.warmup_steps == 200 and set(cfg.decay_exempt) == {"norm", "bias"}
+        assert (cfg.optim.schedule, cfg.optim.min_lr_ratio, cfg.optim.grad_clip) == ("cosine", 0.1, 1.0)
+        assert cfg.optim.warmup_steps == 200 and set(cfg.optim.decay_exempt) == {"norm", "bias"}
     assert presets.get("sec9").epoch(6400) == 800  # Sec. 9.1: 6,400 steps are 800 epochs
     assert presets.get("sec9").epoch(80) == 10  # a checkpoint every 10 epochs (80 steps)
     assert GPT2_RECIPE["grad_clip"] == 1.0
@@ -78,18 +76,21 @@ def test_gpt2_recipe_values():
 )
 def test_bad_recipe_values_are_refused(field, value):
     with pytest.raises(UsageError):
-        replace(presets.SMOKE, **{field: value})
+        presets.SMOKE.override(**{field: value})
 
 
 def test_config_records_recipe_and_old_configs_load(tmp_path):
     train(RECIPE, tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
-    assert saved["schedule"] == "cosine" and saved["betas"] == [0.9, 0.95] and saved["grad_clip"] == 0.5
+    optim = saved["optim"]
+    assert optim["schedule"] == "cosine" and optim["betas"] == [0.9, 0.95] and optim["grad_clip"] == 0.5
     assert TrainConfig.from_dict(saved) == RECIPE
-    # A config.json from before the recipe fields existed reads as the plain recipe.
-    old = {k: v for k, v in saved.items() if k not in ("warmup_steps", "schedule", "min_lr_ratio", "grad_clip", "betas", "decay_exempt", "steps_per_epoch")}
+    # A config.json from before the recipe fields existed (and before configs were nested:
+    # one flat dict) reads as the plain recipe.
+    flat = {k: v for k, v in saved.items() if k not in ("model", "optim")} | saved["model"] | optim
+    old = {k: v for k, v in flat.items() if k not in ("warmup_steps", "schedule", "min_lr_ratio", "grad_clip", "betas", "decay_exempt", "steps_per_epoch")}
     cfg = TrainConfig.from_dict(old)
-    assert (cfg.schedule, cfg.grad_clip, cfg.warmup_steps, cfg.betas) == ("constant", 0.0, 0, (0.9, 0.999))
+    assert (cfg.optim.schedule, cfg.optim.grad_clip, cfg.optim.warmup_steps, cfg.optim.betas) == ("constant", 0.0, 0, (0.9, 0.999))
     with pytest.raises(UsageError):
         TrainConfig.from_dict({**saved, "bogus": 1})
 
@@ -98,7 +99,7 @@ def test_config_records_recipe_and_old_configs_load(tmp_path):
 
 
 def test_recipe_changes_the_trajectory(tmp_path):
-    plain = replace(RECIPE, warmup_steps=0, schedule="constant", grad_clip=0.0, betas=(0.9, 0.999))
+    plain = RECIPE.override(warmup_steps=0, schedule="constant", grad_clip=0.0, betas=(0.9, 0.999))
     a = train(RECIPE, tmp_path / "recipe")
     b = train(plain, tmp_path / "plain")
     assert a["seeds"]["0"]["final_val_loss"] != b["seeds"]["0"]["final_val_loss"]
@@ -113,24 +114,24 @@ def test_resume_with_schedule_and_clipping_is_bit_identical(tmp_path):
 
 
 def test_clipping_keeps_members_independent(tmp_path):
-    cfg = replace(RECIPE, grad_clip=0.01)
+    cfg = RECIPE.override(grad_clip=0.01)
     both = train(cfg, tmp_path / "both")
-    alone = train(replace(cfg, seeds=(1,)), tmp_path / "alone")
+    alone = train(cfg.override(seeds=(1,)), tmp_path / "alone")
     assert math.isclose(both["seeds"]["1"]["final_val_loss"], alone["seeds"]["1"]["final_val_loss"], rel_tol=1e-5)
 
 
 def test_decay_exemptions_group_the_right_parameters():
-    cfg = replace(presets.SMOKE, decay_exempt=("norm", "bias", "embed"))
+    cfg = presets.SMOKE.override(decay_exempt=("norm", "bias", "embed"))
     model = EnsembleTransformer(cfg.model_config(), seeds=[0])
     opt = make_optimizer(model, cfg)
     names = {id(p): n for n, p in model.named_parameters()}
     decayed = {names[id(p)] for p in opt.param_groups[0]["params"]}
     exempt = {names[id(p)] for p in opt.param_groups[1]["params"]}
-    assert opt.param_groups[1]["weight_decay"] == 0.0 and opt.param_groups[0]["weight_decay"] == cfg.weight_decay
+    assert opt.param_groups[1]["weight_decay"] == 0.0 and opt.param_groups[0]["weight_decay"] == cfg.optim.weight_decay
     assert "W_in" in exempt and "ln_f.weight" in exempt and "b_readout" in exempt
     assert "W_readout" in decayed and all(".ln" not in f".{n}" for n in decayed)
     assert not any(n.endswith("bias") or n.rsplit(".", 1)[-1].startswith("b_") for n in decayed)
-    plain = make_optimizer(model, presets.SMOKE.__class__(task=presets.SMOKE.task, n_layers=2, n_heads=2, d_model=16))
+    plain = make_optimizer(model, presets.SMOKE.override(decay_exempt=()))  # no exemption: one group
     assert len(plain.param_groups) == 1
 
 
@@ -146,7 +147,7 @@ def test_pair_positional_codes_follow_definition_3():
         assert torch.equal(codes[2 * m], codes[2 * m + 1])  # both tokens of pair m share p_m
     distinct = torch.cat([codes[0:2 * n_pairs:2], codes[2 * n_pairs:]])
     assert torch.unique(distinct, dim=0).shape[0] == n_pairs + cfg.chains
-    token = position_codes(replace(cfg, pe="token"))
+    token = position_codes(dataclasses.replace(cfg, pe="token"))
     assert torch.unique(token, dim=0).shape[0] == cfg.seq_len
     batch = make_batch(cfg, range(4), "train")
     assert torch.equal(batch.inputs[0, :, cfg.dims:], codes)
@@ -174,7 +175,7 @@ def test_bf16_autocast_matches_fp32_within_tolerance():
 
 
 def test_nan_loss_stops_with_one_line(tmp_path):
-    cfg = replace(presets.SMOKE, lr=1e30, grad_clip=0.0)
+    cfg = presets.SMOKE.override(lr=1e30, grad_clip=0.0)
     with pytest.raises(UsageError, match="diverged"):
         train(cfg, tmp_path)
     assert not (tmp_path / "summary.json").exists()
@@ -220,32 +221,29 @@ def test_damaged_summary_of_a_finished_run_is_rebuilt(tmp_path):
 
 
 def test_step_zero_checkpoint_when_checkpoints_are_kept(tmp_path):
-    cfg = replace(presets.SEC9_SMOKE, steps=20)
+    cfg = presets.SEC9_SMOKE.override(steps=20)
     train(cfg, tmp_path)
     steps = [s for s, _ in list_checkpoints(tmp_path)]
     assert steps[0] == 0 and steps[-1] == 20
 
 
-def run_cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "stackedheads", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
-
-
-def test_cli_lr_nan_is_refused_before_anything_is_written(tmp_path):
+@pytest.mark.slow
+def test_cli_lr_nan_is_refused_before_anything_is_written(tmp_path, cli_process):
     out = tmp_path / "run"
-    r = run_cli("train", "--preset", "smoke", "--lr", "nan", "--out", str(out))
-    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = cli_process("train", "--preset", "smoke", "--lr", "nan", "--out", str(out))
+    assert r.code == 2 and "Traceback" not in r.err and len(r.err.strip().splitlines()) == 1
     assert not out.exists()
-    r = run_cli("train", "--preset", "smoke", "--steps", "12", "--warmup-steps", "2", "--schedule", "linear",
+    r = cli_process("train", "--preset", "smoke", "--steps", "12", "--warmup-steps", "2", "--schedule", "linear",
                 "--grad-clip", "1", "--betas", "0.9,0.95", "--decay-exempt", "norm,bias", "--pe", "pair", "--out", str(out))
-    assert r.returncode == 0, r.stderr
+    assert r.code == 0, r.err
     saved = json.loads((out / "config.json").read_text())
-    assert saved["schedule"] == "linear" and saved["task"]["pe"] == "pair" and saved["decay_exempt"] == ["norm", "bias"]
+    assert saved["optim"]["schedule"] == "linear" and saved["task"]["pe"] == "pair" and saved["optim"]["decay_exempt"] == ["norm", "bias"]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_run_matches_cpu_closely(tmp_path):
     cpu = train(RECIPE, tmp_path / "cpu")
-    gpu = train(replace(RECIPE, device="cuda"), tmp_path / "gpu")
+    gpu = train(RECIPE.override(device="cuda"), tmp_path / "gpu")
     for seed in cpu["seeds"]:
         assert math.isclose(cpu["seeds"][seed]["final_val_loss"], gpu["seeds"][seed]["final_val_loss"], rel_tol=1e-2)
 
@@ -253,9 +251,9 @@ def test_cuda_run_matches_cpu_closely(tmp_path):
 @pytest.mark.slow
 def test_compiled_training_gives_the_eager_losses(tmp_path):
     """``compile`` changes how the step runs, not what it computes (issue 17)."""
-    cfg = replace(presets.SMOKE, steps=12, eval_every=4, final_window=2, warmup_steps=2)
+    cfg = presets.SMOKE.override(steps=12, eval_every=4, final_window=2, warmup_steps=2)
     eager = train(cfg, tmp_path / "eager")
-    compiled = train(replace(cfg, compile=True), tmp_path / "compiled")
+    compiled = train(cfg.override(compile=True), tmp_path / "compiled")
     for seed, s in eager["seeds"].items():
         assert compiled["seeds"][seed]["final_val_loss"] == pytest.approx(s["final_val_loss"], rel=1e-4)
     a, b = metrics_without_wall(tmp_path / "eager"), metrics_without_wall(tmp_path / "compiled")
@@ -266,4 +264,4 @@ def test_compiled_training_gives_the_eager_losses(tmp_path):
 
 def test_tf32_needs_cuda():
     with pytest.raises(UsageError, match="tf32"):
-        replace(presets.SMOKE, dtype="tf32")
+        presets.SMOKE.override(dtype="tf32")

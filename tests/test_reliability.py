@@ -25,7 +25,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from prompt_solver import solve  # noqa: E402
 
 from stackedheads import storage  # noqa: E402
-from stackedheads.cli import main  # noqa: E402
 from stackedheads.errors import UsageError, public_url, redact, register_secret  # noqa: E402
 from stackedheads.llm import backends, bench  # noqa: E402
 from stackedheads.llm.backends import BackendError, Generation, OpenAIBackend, Request  # noqa: E402
@@ -103,13 +102,6 @@ def echo_headers(status: int):
     return reply
 
 
-def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as e:
-        main(args)
-    captured = capsys.readouterr()
-    return e.value.code, captured.out, captured.err
-
-
 def one_error(stderr: str) -> bool:
     """Exactly one error line and no traceback (progress bars may share stderr)."""
     return "Traceback" not in stderr and sum(line.startswith("stackedheads: error") for line in stderr.splitlines()) == 1
@@ -143,18 +135,18 @@ def test_redact_key_headers_and_url_credentials():
     assert redact("EMPTY cells") == "EMPTY cells"
 
 
-def test_error_echoing_headers_never_shows_the_key(tmp_path, capsys, monkeypatch):
+def test_error_echoing_headers_never_shows_the_key(tmp_path, monkeypatch, cli):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     out = tmp_path / "run"
     with Server(echo_headers(400)) as srv:
-        code, stdout, stderr = run_cli([*BENCH, "--base-url", srv.url, "--out", str(out)], capsys)
+        code, stdout, stderr = cli(*BENCH, "--base-url", srv.url, "--out", str(out))
     assert code == 1
     assert "HTTP 400" in stderr and one_error(stderr)
     assert "Bearer ***" in stderr  # the echo is there, its value is not
     assert_nowhere([SECRET], tmp_path, stdout, stderr)
 
 
-def test_answers_echoing_headers_and_url_credentials_never_written(tmp_path, capsys, monkeypatch):
+def test_answers_echoing_headers_and_url_credentials_never_written(tmp_path, monkeypatch, cli):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     out = tmp_path / "run"
     seen = []
@@ -165,7 +157,7 @@ def test_answers_echoing_headers_and_url_credentials_never_written(tmp_path, cap
 
     with Server(reply, text_of=lambda sol: f"{sol.answer}\nAuthorization: Bearer {SECRET} api-key={SECRET}") as srv:
         url = f"http://alice:{URL_PASSWORD}@127.0.0.1:{srv.port}/v1"
-        code, stdout, stderr = run_cli([*BENCH, "--base-url", url, "--out", str(out)], capsys)
+        code, stdout, stderr = cli(*BENCH, "--base-url", url, "--out", str(out))
     assert code == 0, stderr
     assert seen  # the server was asked...
     results = json.loads((out / "results.json").read_text())
@@ -175,7 +167,8 @@ def test_answers_echoing_headers_and_url_credentials_never_written(tmp_path, cap
     assert config["invocations"][0]["backend"]["base_url"] == f"http://127.0.0.1:{srv.port}/v1"
 
 
-def test_reproduce_server_error_is_one_line_and_secret_free(tmp_path, capsys, monkeypatch):
+@pytest.mark.slow
+def test_reproduce_server_error_is_one_line_and_secret_free(tmp_path, monkeypatch, cli):
     """A server that is down (or echoes headers) during `reproduce`: one line, no traceback."""
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     out = tmp_path / "rep"
@@ -183,38 +176,38 @@ def test_reproduce_server_error_is_one_line_and_secret_free(tmp_path, capsys, mo
             "--skip", "figure4", "--skip", "circuits", "--skip", "emergence"]
     with Server(echo_headers(401)) as srv:
         url = f"http://alice:{URL_PASSWORD}@127.0.0.1:{srv.port}/v1"
-        code, stdout, stderr = run_cli([*args, "--llm-base-url", url], capsys)
+        code, stdout, stderr = cli(*args, "--llm-base-url", url)
     assert code == 1 and "Traceback" not in stderr
     assert one_error(stderr) and "HTTP 401" in stderr
     assert_nowhere([SECRET, URL_PASSWORD], tmp_path, stdout, stderr)
     port = srv.port
-    code, stdout, stderr = run_cli([*args, "--llm-base-url", f"http://127.0.0.1:{port}/v1"], capsys)  # nobody listens now
+    code, stdout, stderr = cli(*args, "--llm-base-url", f"http://127.0.0.1:{port}/v1")  # nobody listens now
     assert code == 1 and "Traceback" not in stderr and one_error(stderr)
     assert "giving up" in stderr
 
 
-def test_reproduce_never_writes_url_credentials(tmp_path, capsys, monkeypatch):
+@pytest.mark.slow
+def test_reproduce_never_writes_url_credentials(tmp_path, monkeypatch, cli):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     out = tmp_path / "rep"
     with Server(text_of=lambda sol: f"{sol.answer}\n{{'authorization': 'Bearer {SECRET}'}}") as srv:
         url = f"http://alice:{URL_PASSWORD}@127.0.0.1:{srv.port}/v1"
-        code, stdout, stderr = run_cli(
-            ["reproduce", "--preset", "smoke", "--out", str(out), "--llm-backend", "openai", "--llm-model", "m",
-             "--llm-base-url", url, "--skip", "figure4", "--skip", "circuits", "--skip", "emergence"], capsys)
+        code, stdout, stderr = cli("reproduce", "--preset", "smoke", "--out", str(out), "--llm-backend", "openai", "--llm-model", "m",
+             "--llm-base-url", url, "--skip", "figure4", "--skip", "circuits", "--skip", "emergence")
     assert code == 0, stderr
     written = [p.name for p in out.rglob("*") if p.is_file()]
     assert {"samples.jsonl", "config.json", "done.json", "summary.json", "index.html"} <= set(written)
     assert_nowhere([SECRET, URL_PASSWORD], tmp_path, stdout, stderr)
 
 
-def test_unexpected_error_traceback_is_redacted(capsys, monkeypatch):
+def test_unexpected_error_traceback_is_redacted(monkeypatch, cli):
     register_secret(SECRET)
 
     def boom(*a, **k):
         raise RuntimeError(f"a bug that mentions Bearer {SECRET}")
 
     monkeypatch.setattr("stackedheads.theory.theory_table", boom)
-    code, stdout, stderr = run_cli(["theory", "--max-depth", "3"], capsys)
+    code, stdout, stderr = cli("theory", "--max-depth", "3")
     assert code == 1 and "Traceback" in stderr and "RuntimeError" in stderr  # a bug keeps its traceback
     assert SECRET not in stderr
 
@@ -270,24 +263,24 @@ def test_malformed_reply_once_is_retried_and_succeeds(monkeypatch):
     assert gen.text == " 7" and gen.retries == 1
 
 
-def test_malformed_replies_in_the_cli_keep_answered_questions(tmp_path, capsys, monkeypatch):
+def test_malformed_replies_in_the_cli_keep_answered_questions(tmp_path, monkeypatch, cli):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
     out = tmp_path / "run"
     args = [*BENCH[:9], "--n", "4", "--max-draws", "1", "--temperature", "0", "--max-retries", "1", "--out", str(out)]
     with Server(lambda n, body, headers: MALFORMED["json array"] if n >= 2 else None) as srv:
-        code, stdout, stderr = run_cli([*args, "--base-url", srv.url], capsys)
+        code, stdout, stderr = cli(*args, "--base-url", srv.url)
     assert code == 1 and "Traceback" not in stderr and one_error(stderr)
     assert "malformed reply" in stderr and "kept" in stderr
     assert len(bench.load_records(out / "samples.jsonl")) == 2  # the two answered questions stay
     with Server() as srv:  # a healthy server: the run resumes and asks only the rest
-        code, stdout, stderr = run_cli([*args, "--base-url", srv.url], capsys)
+        code, stdout, stderr = cli(*args, "--base-url", srv.url)
     assert code == 0, stderr
     assert srv.count == 2 and len(bench.load_records(out / "samples.jsonl")) == 4
 
 
 def test_retry_after_is_capped_and_said(monkeypatch, capsys):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
-    monkeypatch.setattr(backends, "MAX_RETRY_AFTER_S", 0.01)  # the test must not wait 120 s
+    monkeypatch.setattr(backends._base, "MAX_RETRY_AFTER_S", 0.01)  # the test must not wait 120 s
     monkeypatch.setattr(sys.modules[__name__], "solve", lambda prompt: None)
     script = lambda n, body, headers: (429, {"Retry-After": "100000", "Content-Type": "application/json"}, b"{}") if n == 0 else None  # noqa: E731
     with Server(script, text_of=lambda sol: "ok") as srv:
@@ -436,22 +429,22 @@ def test_circuit_sink_path_is_valid(tmp_path):
     assert Circuit.load(tmp_path / "c.json").paths() == [(1, 0, 1, SINK)]
 
 
-def test_damaged_reproduce_state_is_one_line(tmp_path, capsys):
+def test_damaged_reproduce_state_is_one_line(tmp_path, cli):
     out = tmp_path / "rep"
     args = ["reproduce", "--preset", "smoke", "--out", str(out), "--skip", "llm", "--skip", "figure4",
             "--skip", "circuits", "--skip", "emergence", "--skip", "prompts"]
-    code, _, stderr = run_cli(args, capsys)
+    code, _, stderr = cli(*args)
     assert code == 0, stderr
     (out / "theory" / "done.json").write_text('{"rows": 6, "fi')  # cut off by a full disk
-    code, _, stderr = run_cli(args, capsys)
+    code, _, stderr = cli(*args)
     assert code == 2 and "done.json is damaged" in stderr and "delete it" in stderr
     assert one_error(stderr)
     (out / "theory" / "done.json").write_text("{}")  # valid JSON, wrong shape
-    code, _, stderr = run_cli(args, capsys)
+    code, _, stderr = cli(*args)
     assert code == 2 and "done.json is damaged" in stderr and one_error(stderr)
     (out / "theory" / "done.json").unlink()
     (out / "config.json").write_text("[]")
-    code, _, stderr = run_cli(args, capsys)
+    code, _, stderr = cli(*args)
     assert code == 2 and "config.json has the wrong shape" in stderr
 
 
@@ -475,29 +468,29 @@ def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
 # --- 10. filesystem errors ------------------------------------------------------------------------
 
 
-def test_out_is_a_file(tmp_path, capsys):
+def test_out_is_a_file(tmp_path, cli):
     f = tmp_path / "file"
     f.write_text("x")
-    code, _, stderr = run_cli(["prompts", "-f", "equations", "--out", str(f / "q.jsonl")], capsys)
+    code, _, stderr = cli("prompts", "-f", "equations", "--out", str(f / "q.jsonl"))
     assert code == 2 and "Traceback" not in stderr and str(f) in stderr
-    code, _, stderr = run_cli(["theory", "--max-depth", "3", "--out", str(f)], capsys)
+    code, _, stderr = cli("theory", "--max-depth", "3", "--out", str(f))
     assert code == 2 and "Traceback" not in stderr and one_error(stderr)
 
 
-def test_spec_is_a_folder(tmp_path, capsys):
-    code, _, stderr = run_cli(["circuit", "validate", str(tmp_path), "--spec", str(tmp_path)], capsys)
+def test_spec_is_a_folder(tmp_path, cli):
+    code, _, stderr = cli("circuit", "validate", str(tmp_path), "--spec", str(tmp_path))
     assert code == 2 and "is a folder" in stderr and "Traceback" not in stderr
 
 
 @pytest.mark.parametrize("err, code", [(errno.EROFS, 2), (errno.EACCES, 2), (errno.ENOSPC, 1), (errno.EIO, 1)])
-def test_write_failures_are_one_line(tmp_path, capsys, monkeypatch, err, code):
+def test_write_failures_are_one_line(tmp_path, monkeypatch, err, code, cli):
     """A read-only folder, no permission (we may run as root: simulated), a full disk, an I/O error."""
 
     def fail(path, data):
         raise OSError(err, __import__("os").strerror(err), str(path))
 
     monkeypatch.setattr(storage, "atomic_write_bytes", fail)
-    got, _, stderr = run_cli(["prompts", "-f", "equations", "--out", str(tmp_path / "q.jsonl")], capsys)
+    got, _, stderr = cli("prompts", "-f", "equations", "--out", str(tmp_path / "q.jsonl"))
     assert got == code and "Traceback" not in stderr and one_error(stderr)
     assert "q.jsonl" in stderr
 
@@ -553,9 +546,9 @@ def test_llm_bench_folder_locked(tmp_path, held):
     assert not (tmp_path / "samples.jsonl").exists()
 
 
-def test_reproduce_folder_locked(tmp_path, held, capsys):
+def test_reproduce_folder_locked(tmp_path, held, cli):
     held(tmp_path / "rep")
-    code, _, stderr = run_cli(["reproduce", "--preset", "smoke", "--out", str(tmp_path / "rep"), "--skip", "llm"], capsys)
+    code, _, stderr = cli("reproduce", "--preset", "smoke", "--out", str(tmp_path / "rep"), "--skip", "llm")
     assert code == 2 and "in use by pid" in stderr
     assert sorted(p.name for p in (tmp_path / "rep").iterdir()) == [".lock"]
 
@@ -565,7 +558,7 @@ def test_sweep_folder_locked(tmp_path, held):
 
     held(tmp_path / "sw")
     with pytest.raises(UsageError, match="in use by pid"):
-        sweep.run_figure4(sweep.figure4_spec("smoke"), tmp_path / "sw")
+        sweep.run_figure4(presets.figure4("smoke"), tmp_path / "sw")
     assert not (tmp_path / "sw" / "sweep.json").exists()
 
 
@@ -608,33 +601,33 @@ def test_emergence_seeds_from_config_never_become_paths(tmp_path):
 
 
 @pytest.mark.parametrize("seqs", ["0", "-120"])
-def test_emergence_seqs_validated_before_writing(tmp_path, capsys, seqs):
+def test_emergence_seqs_validated_before_writing(tmp_path, seqs, cli):
     out = tmp_path / "out"
-    code, _, stderr = run_cli(["emergence", str(tmp_path), "--out", str(out), "--seqs", seqs], capsys)
+    code, _, stderr = cli("emergence", str(tmp_path), "--out", str(out), "--seqs", seqs)
     assert code == 2 and "--seqs" in stderr and not out.exists()
 
 
-def test_tolerance_nan_refused(tmp_path, capsys):
+def test_tolerance_nan_refused(tmp_path, cli):
     out = tmp_path / "out"
     for bad in ("nan", "inf", "-1"):
-        code, _, stderr = run_cli(["circuit", "discover", str(tmp_path), "--out", str(out), "--tolerance", bad], capsys)
+        code, _, stderr = cli("circuit", "discover", str(tmp_path), "--out", str(out), "--tolerance", bad)
         assert code == 2 and "tolerance" in stderr and not out.exists()
 
 
-def test_reproduce_llm_concurrency_validated_before_writing(tmp_path, capsys):
+def test_reproduce_llm_concurrency_validated_before_writing(tmp_path, cli):
     out = tmp_path / "rep"
-    code, _, stderr = run_cli(["reproduce", "--preset", "smoke", "--out", str(out), "--llm-backend", "openai",
-                               "--llm-model", "m", "--llm-concurrency", "0"], capsys)
+    code, _, stderr = cli("reproduce", "--preset", "smoke", "--out", str(out), "--llm-backend", "openai",
+                               "--llm-model", "m", "--llm-concurrency", "0")
     assert code == 2 and "--llm-concurrency" in stderr and not out.exists()
 
 
 # --- 13, 14. limits ------------------------------------------------------------------------------------
 
 
-def test_theory_and_prompts_limits(capsys):
-    code, _, stderr = run_cli(["theory", "--max-depth", "100000"], capsys)
+def test_theory_and_prompts_limits(cli):
+    code, _, stderr = cli("theory", "--max-depth", "100000")
     assert code == 2 and "between 1 and 200" in stderr
-    code, _, stderr = run_cli(["prompts", "-f", "equations", "--n", "10000000"], capsys)
+    code, _, stderr = cli("prompts", "-f", "equations", "--n", "10000000")
     assert code == 2 and "between 1 and 100000" in stderr
 
 
@@ -648,23 +641,23 @@ def test_unreachable_ray_address_fails_fast(capsys):
         RayExecutor(f"127.0.0.1:{port}")
 
 
-def test_garbage_gguf_is_one_line(tmp_path, capsys):
+def test_garbage_gguf_is_one_line(tmp_path, cli):
     pytest.importorskip("llama_cpp")
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\x00garbage" * 100)
-    code, _, stderr = run_cli(["llm-bench", "--backend", "llamacpp", "--model", str(bad), "--n", "1",
-                               "--formulation", "equations", "--out", str(tmp_path / "o")], capsys)
+    code, _, stderr = cli("llm-bench", "--backend", "llamacpp", "--model", str(bad), "--n", "1",
+                               "--formulation", "equations", "--out", str(tmp_path / "o"))
     assert code == 2 and "not a usable GGUF model" in stderr and "Traceback" not in stderr
 
 
 def test_sweep_spec_layers_never_become_paths(tmp_path):
-    from stackedheads import sweep
+    from stackedheads.claims import sec7
 
-    spec = sweep.figure4_spec("smoke").to_dict()
+    spec = presets.figure4("smoke").to_dict()
     spec["layers"] = ["../../escape"]
     (tmp_path / "sweep.json").write_text(json.dumps(spec))
     with pytest.raises(UsageError, match="expected an integer"):
-        sweep.folder_claims(tmp_path)
+        sec7.folder_claims(tmp_path)
 
 
 def test_sweep_job_in_a_locked_run_folder_logs_no_attempt(tmp_path, held):
@@ -693,12 +686,11 @@ from stackedheads import presets  # noqa: E402
 @pytest.fixture(scope="module")
 def ckpt_run(tmp_path_factory):
     """A tiny finished run with every checkpoint (3 layers, 1 head, D=2)."""
-    from dataclasses import replace
 
-    from stackedheads.train import train
+    from stackedheads.training import train
 
     run = tmp_path_factory.mktemp("ckpt") / "run"
-    train(replace(presets.SEC9_SMOKE, steps=20, ckpt_every=10), run)
+    train(presets.SEC9_SMOKE.override(steps=20, ckpt_every=10), run)
     return run
 
 
@@ -712,12 +704,12 @@ def _copy_run(src: Path, dst: Path) -> Path:
 # 1. secrets: every file under the test's folder, not only --out, and everything printed.
 
 
-def test_secret_never_in_any_file_of_the_test_folder(tmp_path, capsys, monkeypatch):
+def test_secret_never_in_any_file_of_the_test_folder(tmp_path, monkeypatch, cli):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.chdir(tmp_path)  # anything written relative to the working folder is grepped too
     with Server(echo_headers(500)) as srv:
         url = f"http://alice:{URL_PASSWORD}@127.0.0.1:{srv.port}/v1"
-        code, stdout, stderr = run_cli([*BENCH, "--base-url", url, "--out", "run"], capsys)
+        code, stdout, stderr = cli(*BENCH, "--base-url", url, "--out", "run")
     assert code == 1 and one_error(stderr) and "HTTP 500" in stderr
     assert_nowhere([SECRET, URL_PASSWORD], tmp_path, stdout, stderr)
 
@@ -725,11 +717,15 @@ def test_secret_never_in_any_file_of_the_test_folder(tmp_path, capsys, monkeypat
 # SIGINT: one line and exit 130, never a traceback (typer turns Ctrl-C into a silent exit 130).
 
 
+@pytest.mark.slow
 def test_sigint_during_train_is_one_line(tmp_path):
     out = tmp_path / "run"
     p = subprocess.Popen(
         [sys.executable, "-m", "stackedheads", "train", "--preset", "smoke", "--steps", "1000000", "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        # A test run started in the background inherits SIGINT ignored (POSIX shells do that to
+        # background jobs); the user's terminal never does.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.time() + 120
     while time.time() < deadline and p.poll() is None:
@@ -754,15 +750,15 @@ def test_sigint_during_train_is_one_line(tmp_path):
     assert "stackedheads: interrupted" in stderr and "resume" in stderr
 
 
-def test_interrupt_during_reproduce_is_one_line(tmp_path, capsys, monkeypatch):
+def test_interrupt_during_reproduce_is_one_line(tmp_path, monkeypatch, cli):
     from stackedheads import reproduce
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
     monkeypatch.setitem(reproduce.STAGES, "prompts", interrupted)
-    code, _, stderr = run_cli(["reproduce", "--preset", "smoke", "--out", str(tmp_path / "rep"), "--skip", "llm",
-                               "--skip", "figure4", "--skip", "circuits", "--skip", "emergence"], capsys)
+    code, _, stderr = cli("reproduce", "--preset", "smoke", "--out", str(tmp_path / "rep"), "--skip", "llm",
+                               "--skip", "figure4", "--skip", "circuits", "--skip", "emergence")
     assert code == 130 and "Traceback" not in stderr and "stackedheads: interrupted" in stderr
 
 
@@ -772,9 +768,9 @@ def test_interrupt_during_reproduce_is_one_line(tmp_path, capsys, monkeypatch):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 @pytest.mark.parametrize("command", [["train", "--preset", "smoke"], ["sweep", "figure4", "--preset", "smoke"],
                                      ["sweep", "depth", "--preset", "smoke"]])
-def test_device_cuda_without_cuda_writes_nothing(tmp_path, capsys, command):
+def test_device_cuda_without_cuda_writes_nothing(tmp_path, command, cli):
     out = tmp_path / "out"
-    code, _, stderr = run_cli([*command, "--device", "cuda", "--out", str(out)], capsys)
+    code, _, stderr = cli(*command, "--device", "cuda", "--out", str(out))
     assert code == 2 and "no CUDA device" in stderr and one_error(stderr)
     assert not out.exists()  # so the corrected re-run (--device cpu) is not refused
 
@@ -789,9 +785,9 @@ def test_device_cuda_without_cuda_writes_nothing(tmp_path, capsys, command):
         (["--llm-backend", "openai", "--llm-model", "m", "--llm-api-key-env", "STACKEDHEADS_NO_SUCH_VAR"], "no API key"),
     ],
 )
-def test_reproduce_llm_choice_validated_before_writing(tmp_path, capsys, llm, message):
+def test_reproduce_llm_choice_validated_before_writing(tmp_path, llm, message, cli):
     out = tmp_path / "rep"
-    code, _, stderr = run_cli(["reproduce", "--preset", "smoke", "--out", str(out), *llm], capsys)
+    code, _, stderr = cli("reproduce", "--preset", "smoke", "--out", str(out), *llm)
     assert code == 2 and message in stderr and one_error(stderr)
     assert not out.exists()
 
@@ -799,27 +795,27 @@ def test_reproduce_llm_choice_validated_before_writing(tmp_path, capsys, llm, me
 # 10. filesystem errors while training: one line, exit 2 (user) or 1 (environment)
 
 
-def test_full_disk_while_checkpointing_is_one_line(tmp_path, capsys, monkeypatch):
+def test_full_disk_while_checkpointing_is_one_line(tmp_path, monkeypatch, cli):
     from safetensors import SafetensorError
 
-    from stackedheads import train as train_mod
+    from stackedheads.training import checkpoints
 
     def full(tensors, filename, metadata=None):
         raise SafetensorError(f'Error while serializing: I/O error: No space left on device (os error 28) at path "{filename}"')
 
-    monkeypatch.setattr(train_mod, "save_file", full)
-    code, _, stderr = run_cli(["train", "--preset", "smoke", "--out", str(tmp_path / "run")], capsys)
+    monkeypatch.setattr(checkpoints, "save_file", full)
+    code, _, stderr = cli("train", "--preset", "smoke", "--out", str(tmp_path / "run"))
     assert code == 1 and one_error(stderr) and "No space left on device" in stderr
     assert not list((tmp_path / "run" / "checkpoints").glob("*.tmp"))
 
 
 @pytest.mark.parametrize("err, code", [(errno.EROFS, 2), (errno.ENOSPC, 1)])
-def test_train_state_write_failures_are_one_line(tmp_path, capsys, monkeypatch, err, code):
+def test_train_state_write_failures_are_one_line(tmp_path, monkeypatch, err, code, cli):
     def fail(path, data):
         raise OSError(err, os.strerror(err), str(path))
 
     monkeypatch.setattr(storage, "atomic_write_bytes", fail)
-    got, _, stderr = run_cli(["train", "--preset", "smoke", "--out", str(tmp_path / "run")], capsys)
+    got, _, stderr = cli("train", "--preset", "smoke", "--out", str(tmp_path / "run"))
     assert got == code and one_error(stderr) and "config.json" in stderr
 
 
@@ -832,8 +828,8 @@ def _mangle_header(path: Path, old: bytes, new: bytes) -> None:
     path.write_bytes(data.replace(old, new, 1))
 
 
-def test_damaged_checkpoint_header_is_detected(ckpt_run, tmp_path, capsys):
-    from stackedheads.train import checkpoint_path, load_model
+def test_damaged_checkpoint_header_is_detected(ckpt_run, tmp_path, cli):
+    from stackedheads.training import checkpoint_path, load_model
 
     run = _copy_run(ckpt_run, tmp_path / "run")
     path = checkpoint_path(run, 20)
@@ -843,14 +839,14 @@ def test_damaged_checkpoint_header_is_detected(ckpt_run, tmp_path, capsys):
     with pytest.raises(UsageError, match="checksum"):
         load_model(path)
     _mangle_header(path, b'\\"d_head\\": 4', b'\\"d_head\\": x')
-    code, _, stderr = run_cli(["attention", str(run), "--out", str(tmp_path / "maps")], capsys)
+    code, _, stderr = cli("attention", str(run), "--out", str(tmp_path / "maps"))
     assert code == 2 and one_error(stderr) and "step_000020" in stderr
 
 
 def test_checkpoint_without_header_checksum_with_bad_config_is_one_line(ckpt_run, tmp_path):
     from safetensors.torch import load_file, save_file
 
-    from stackedheads.train import checkpoint_path, load_model
+    from stackedheads.training import checkpoint_path, load_model
 
     run = _copy_run(ckpt_run, tmp_path / "run")
     path = checkpoint_path(run, 20)
@@ -863,11 +859,11 @@ def test_checkpoint_without_header_checksum_with_bad_config_is_one_line(ckpt_run
 # 4, 11. a finished run's summary of the wrong shape is rebuilt, in train and in a sweep
 
 
-def test_summary_of_the_wrong_shape_is_rebuilt(ckpt_run, tmp_path, capsys):
+def test_summary_of_the_wrong_shape_is_rebuilt(ckpt_run, tmp_path, cli):
     run = _copy_run(ckpt_run, tmp_path / "run")
     good = json.loads((run / "summary.json").read_text())
     (run / "summary.json").write_text("{}")
-    code, _, stderr = run_cli(["train", "--preset", "sec9-smoke", "--steps", "20", "--ckpt-every", "10", "--out", str(run)], capsys)
+    code, _, stderr = cli("train", "--preset", "sec9-smoke", "--steps", "20", "--ckpt-every", "10", "--out", str(run))
     assert code == 0, stderr
     assert json.loads((run / "summary.json").read_text())["seeds"] == good["seeds"]
 
@@ -875,7 +871,7 @@ def test_summary_of_the_wrong_shape_is_rebuilt(ckpt_run, tmp_path, capsys):
 def test_sweep_rebuilds_a_damaged_run_summary(ckpt_run, tmp_path):
     from stackedheads import sweep
     from stackedheads.executors import Job, run_dir
-    from stackedheads.train import TrainConfig
+    from stackedheads.training import TrainConfig
 
     cfg = TrainConfig.from_dict(json.loads((ckpt_run / "config.json").read_text()))
     job = Job("ic-D2-L3", "ic", cfg)
@@ -892,7 +888,7 @@ def test_sweep_rebuilds_a_damaged_run_summary(ckpt_run, tmp_path):
 def _reproduce_folder(tmp_path: Path) -> Path:
     from dataclasses import asdict
 
-    from stackedheads.reproduce import PRESETS
+    from stackedheads.presets import REPRODUCE as PRESETS
 
     run = tmp_path / "rep"
     run.mkdir()
@@ -901,7 +897,7 @@ def _reproduce_folder(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("damage", ["summary", "theory"])
-def test_claims_and_report_on_damaged_stage_files_are_one_line(tmp_path, capsys, damage):
+def test_claims_and_report_on_damaged_stage_files_are_one_line(tmp_path, damage, cli):
     run = _reproduce_folder(tmp_path)
     if damage == "summary":  # valid JSON of the wrong shape
         train_dir = run / "circuits" / "runs" / "transformers-A-C"
@@ -914,7 +910,7 @@ def test_claims_and_report_on_damaged_stage_files_are_one_line(tmp_path, capsys,
         (run / "theory").mkdir()
         (run / "theory" / "theory.jsonl").write_text('{"depth": 1, "min_layers": 1}\n{"depth": 2, "min_la')
     for command in (["claims", str(run)], ["report", str(run)]):
-        code, _, stderr = run_cli(command, capsys)
+        code, _, stderr = cli(*command)
         assert code == 2 and one_error(stderr), stderr
         assert ("circuits" if damage == "summary" else "theory.jsonl") in stderr
 
@@ -922,7 +918,7 @@ def test_claims_and_report_on_damaged_stage_files_are_one_line(tmp_path, capsys,
 # 13. the report shows capped text, and a damaged record does not stop it
 
 
-def test_report_caps_huge_answers_and_skips_damaged_records(tmp_path, capsys):
+def test_report_caps_huge_answers_and_skips_damaged_records(tmp_path, cli):
     run = _reproduce_folder(tmp_path)
     bench.run_bench(Fixed("a"), BenchConfig(formulations=("equations", "kingdoms"), depths=(2,), n=3), run / "llm")
     lines = (run / "llm" / "samples.jsonl").read_text().splitlines()
@@ -932,15 +928,15 @@ def test_report_caps_huge_answers_and_skips_damaged_records(tmp_path, capsys):
     del recs[3]["prompt"]  # a record missing a key the report shows
     recs[4]["draws"] = "not a list"
     (run / "llm" / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-    code, _, stderr = run_cli(["report", str(run)], capsys)
+    code, _, stderr = cli("report", str(run))
     assert code == 0, stderr
     assert (run / "report" / "index.html").stat().st_size < 500_000
 
 
-def test_report_command_locks_the_reproduce_folder(tmp_path, held, capsys):
+def test_report_command_locks_the_reproduce_folder(tmp_path, held, cli):
     run = _reproduce_folder(tmp_path)
     p = held(run)
-    code, _, stderr = run_cli(["report", str(run)], capsys)
+    code, _, stderr = cli("report", str(run))
     assert code == 2 and one_error(stderr) and f"in use by pid {p.pid}" in stderr
     assert not (run / "report").exists()
 
@@ -949,7 +945,7 @@ def test_report_command_locks_the_reproduce_folder(tmp_path, held, capsys):
 
 
 @pytest.mark.parametrize("change", ["depth", "layer"])
-def test_emergence_refuses_a_circuit_of_another_model(ckpt_run, tmp_path, capsys, change):
+def test_emergence_refuses_a_circuit_of_another_model(ckpt_run, tmp_path, change, cli):
     heads = [{"layer": layer, "head": 0, "rules": "uniform", "paths": []} for layer in range(3)]
     heads[2] = {"layer": 2, "head": 0, "rules": {"first": "s-1", "second": "kept", "query": "uniform"}, "paths": [[1, 0]]}
     circuit = {"depth": 2, "heads": heads, "info": {}}
@@ -959,41 +955,41 @@ def test_emergence_refuses_a_circuit_of_another_model(ckpt_run, tmp_path, capsys
         heads[2]["layer"] = 7
     (tmp_path / "c" / "seed0").mkdir(parents=True)
     (tmp_path / "c" / "seed0" / "circuit.json").write_text(json.dumps(circuit))
-    code, _, stderr = run_cli(["emergence", str(ckpt_run), "--out", str(tmp_path / "e"), "--circuits", str(tmp_path / "c"),
-                               "--seqs", "4"], capsys)
+    code, _, stderr = cli("emergence", str(ckpt_run), "--out", str(tmp_path / "e"), "--circuits", str(tmp_path / "c"),
+                               "--seqs", "4")
     assert code == 2 and one_error(stderr) and "circuit.json" in stderr
 
 
 @pytest.mark.parametrize("content", ["{not json", '{"models": [{"model": "a"}]}', '{"models": 3}'])
-def test_damaged_llm_comparison_is_one_line(tmp_path, capsys, content):
+def test_damaged_llm_comparison_is_one_line(tmp_path, content, cli):
     run = _reproduce_folder(tmp_path)
     (run / "llm").mkdir()
     (run / "llm" / "comparison.json").write_text(content)
     for command in (["claims", str(run)], ["report", str(run)]):
-        code, _, stderr = run_cli(command, capsys)
+        code, _, stderr = cli(*command)
         assert code == 2 and one_error(stderr) and "comparison.json" in stderr, stderr
 
 
 @pytest.mark.parametrize("content", ["{}", "[]", '{"wall_s": "soon"}'])
-def test_report_on_a_done_marker_of_the_wrong_shape_is_one_line(tmp_path, capsys, content):
+def test_report_on_a_done_marker_of_the_wrong_shape_is_one_line(tmp_path, content, cli):
     run = _reproduce_folder(tmp_path)
     (run / "theory").mkdir()
     (run / "theory" / "done.json").write_text(content)
-    code, _, stderr = run_cli(["report", str(run)], capsys)
+    code, _, stderr = cli("report", str(run))
     assert code == 2 and one_error(stderr) and "done.json" in stderr, stderr
 
 
-def test_report_on_a_circuit_summary_of_the_wrong_shape_is_one_line(tmp_path, capsys):
+def test_report_on_a_circuit_summary_of_the_wrong_shape_is_one_line(tmp_path, cli):
     run = _reproduce_folder(tmp_path)
     found = run / "circuits" / "discovered" / "seed0"
     found.mkdir(parents=True)
     (found / "summary.json").write_text('{"budgets": [0.1]}')  # no losses
-    code, _, stderr = run_cli(["report", str(run)], capsys)
+    code, _, stderr = cli("report", str(run))
     assert code == 2 and one_error(stderr) and "circuits" in stderr, stderr
 
 
-def test_few_shot_is_bounded(tmp_path, capsys):
+def test_few_shot_is_bounded(tmp_path, cli):
     """--few-shot 100000000 built a prompt of gigabytes for minutes before asking anything."""
-    code, _, stderr = run_cli([*BENCH, "--few-shot", "100000000", "--base-url", "http://127.0.0.1:9/v1",
-                               "--out", str(tmp_path / "o")], capsys)
+    code, _, stderr = cli(*BENCH, "--few-shot", "100000000", "--base-url", "http://127.0.0.1:9/v1",
+                               "--out", str(tmp_path / "o"))
     assert code == 2 and one_error(stderr) and "--few-shot" in stderr and not (tmp_path / "o").exists()

@@ -4,8 +4,6 @@ in a real headless Chromium."""
 import html
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,21 +11,19 @@ from browser import chromium, full_page_screenshot, missing
 
 from stackedheads import claims, theory
 from stackedheads.report import write_report
-from stackedheads.reproduce import STAGE_NAMES
+from stackedheads.layout import STAGE_NAMES
+from stackedheads.claims import sec4, sec5
 
-CLI = [sys.executable, "-m", "stackedheads"]
+pytestmark = pytest.mark.slow  # real subprocesses, servers or whole pipelines: `make test-fast` skips them
 
-
-def run(*args):
-    return subprocess.run([*CLI, *args], capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory) -> Path:
+def smoke(tmp_path_factory, cli_process) -> Path:
     out = tmp_path_factory.mktemp("reproduce") / "smoke"
-    r = run("reproduce", "--preset", "smoke", "--out", str(out))
-    assert r.returncode == 0, r.stderr
-    assert f"report: {out / 'report' / 'index.html'}" in r.stderr.replace("\n", "")
+    r = cli_process("reproduce", "--preset", "smoke", "--out", str(out))
+    assert r.code == 0, r.err
+    assert f"report: {out / 'report' / 'index.html'}" in r.err.replace("\n", "")
     return out
 
 
@@ -51,7 +47,7 @@ def test_every_stage_runs_and_writes_its_outputs(smoke):
     assert results["identity"]["model"] == "smollm2"
 
 
-def test_rerun_skips_finished_stages_and_resumes_an_unfinished_one(smoke, tmp_path):
+def test_rerun_skips_finished_stages_and_resumes_an_unfinished_one(smoke, tmp_path, cli_process):
     out = tmp_path / "copy"
     shutil.copytree(smoke, out)
     samples = out / "llm" / "samples.jsonl"
@@ -59,8 +55,8 @@ def test_rerun_skips_finished_stages_and_resumes_an_unfinished_one(smoke, tmp_pa
     # An emergence stage cut short after training: its marker and timeline are gone.
     (out / "emergence" / "done.json").unlink()
     shutil.rmtree(out / "emergence" / "timeline")
-    r = run("reproduce", "--preset", "smoke", "--out", str(out))
-    assert r.returncode == 0, r.stderr
+    r = cli_process("reproduce", "--preset", "smoke", "--out", str(out))
+    assert r.code == 0, r.err
     summary = json.loads((out / "summary.json").read_text())
     assert all(summary["stages"][s].get("already_done") for s in STAGE_NAMES if s != "emergence")
     assert not summary["stages"]["emergence"].get("already_done")
@@ -71,23 +67,23 @@ def test_rerun_skips_finished_stages_and_resumes_an_unfinished_one(smoke, tmp_pa
     assert len(attempts) == 2 and json.loads(attempts[1])["resumed_from"] == 40
 
 
-def test_another_preset_in_the_same_folder_is_refused(smoke, tmp_path):
+def test_another_preset_in_the_same_folder_is_refused(smoke, tmp_path, cli_process):
     out = tmp_path / "copy"
     shutil.copytree(smoke, out)
-    r = run("reproduce", "--preset", "quick", "--out", str(out))
-    assert r.returncode == 2 and "another preset" in r.stderr and "Traceback" not in r.stderr
+    r = cli_process("reproduce", "--preset", "quick", "--out", str(out))
+    assert r.code == 2 and "another preset" in r.err and "Traceback" not in r.err
 
 
-def test_paper_preset_asks_for_a_model_before_doing_anything(tmp_path):
-    r = run("reproduce", "--preset", "paper", "--out", str(tmp_path / "p"))
-    assert r.returncode == 2 and "--llm-backend" in r.stderr
+def test_paper_preset_asks_for_a_model_before_doing_anything(tmp_path, cli_process):
+    r = cli_process("reproduce", "--preset", "paper", "--out", str(tmp_path / "p"))
+    assert r.code == 2 and "--llm-backend" in r.err
     assert not (tmp_path / "p").exists()
 
 
 @pytest.mark.parametrize("args", [("--dtype", "float16"), ("--device", "tpu"), ("--skip", "everything")])
-def test_bad_training_options_fail_before_any_stage(tmp_path, args):
-    r = run("reproduce", "--preset", "smoke", "--out", str(tmp_path / "r"), *args)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+def test_bad_training_options_fail_before_any_stage(tmp_path, args, cli_process):
+    r = cli_process("reproduce", "--preset", "smoke", "--out", str(tmp_path / "r"), *args)
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1
     assert not (tmp_path / "r").exists()
 
 
@@ -101,33 +97,33 @@ def _cell(acc, lo, chance, n=100, formulation="equations", depth=5):
 def test_llm_claims_compare_the_interval_with_chance():
     good = {"identity": {"model": "m"}, "per_formulation": {"equations": _cell(0.9, 0.85, 0.25)},
             "per_depth": {"equations": {"5": _cell(0.9, 0.85, 0.25)}}}
-    l1, l2 = claims.llm_claims(good)
+    l1, l2 = sec4.llm_claims(good)
     assert l1.verdict == claims.PASS and l2.verdict == claims.PASS
     at_chance = {**good, "per_formulation": {"equations": _cell(0.3, 0.2, 0.25)}}
-    assert claims.llm_claims(at_chance)[0].verdict == claims.FAIL
+    assert sec4.llm_claims(at_chance)[0].verdict == claims.FAIL
     low = {**good, "per_depth": {"equations": {"3": _cell(0.6, 0.5, 0.25, depth=3), "9": _cell(0.1, 0.0, 0.25, depth=9)}}}
-    assert claims.llm_claims(low)[1].verdict == claims.FAIL
-    assert [c.verdict for c in claims.llm_claims(None)] == [claims.NOT_RUN] * 2
+    assert sec4.llm_claims(low)[1].verdict == claims.FAIL
+    assert [c.verdict for c in sec4.llm_claims(None)] == [claims.NOT_RUN] * 2
 
 
 def test_theory_claims_pass_on_the_simulation_and_fail_on_a_broken_row():
     rows = [r.to_dict() for r in theory.theory_table(30)]
-    assert [c.verdict for c in claims.theory_claims(rows)] == [claims.PASS] * 3
+    assert [c.verdict for c in sec5.theory_claims(rows)] == [claims.PASS] * 3
     rows[9] = {**rows[9], "min_layers": rows[9]["paper_bound"] - 1}
-    t1, t2, t3 = claims.theory_claims(rows)
+    t1, t2, t3 = sec5.theory_claims(rows)
     assert t1.verdict == claims.FAIL and "D = [10]" in t1.measured and t2.verdict == claims.FAIL
 
 
-def test_smoke_models_prove_nothing_about_circuits(smoke):
+def test_smoke_models_prove_nothing_about_circuits(smoke, cli_process):
     """The smoke models learn nothing: no circuit or emergence claim may pass (issue 12: A3
     and E1 used to), and the command re-evaluates the same verdicts from the files."""
     verdicts = {c["id"]: c["verdict"] for c in json.loads((smoke / "report" / "claims.json").read_text())}
     for cid in ("A2", "A3", "A4", "A5", "E1", "E2", "E3"):
         assert verdicts[cid] == claims.INCONCLUSIVE, cid
     assert verdicts["C2"] != claims.PASS and verdicts["C3"] != claims.PASS
-    r = run("claims", str(smoke), "--json")
-    assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout) == json.loads((smoke / "report" / "claims.json").read_text())
+    r = cli_process("claims", str(smoke), "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out) == json.loads((smoke / "report" / "claims.json").read_text())
     page = (smoke / "report" / "index.html").read_text()
     assert "INCONCLUSIVE" in page and "held-out sequences" in page
 
@@ -151,9 +147,9 @@ def test_report_escapes_prompt_and_model_text(smoke, tmp_path):
     assert "<script" not in page  # the report has no script of its own either
 
 
-def test_report_needs_a_reproduce_folder(tmp_path):
-    r = run("report", str(tmp_path))
-    assert r.returncode == 2 and "not a reproduce folder" in r.stderr
+def test_report_needs_a_reproduce_folder(tmp_path, cli_process):
+    r = cli_process("report", str(tmp_path))
+    assert r.code == 2 and "not a reproduce folder" in r.err
 
 
 def _inspect(driver, page: Path) -> dict:

@@ -5,6 +5,8 @@ import pytest
 
 from stackedheads import sweep
 from stackedheads.errors import UsageError
+from stackedheads.claims import sec7
+from stackedheads import presets
 
 
 def row(form, layers, seed, final, parts=(), cross=(), depth=2, chains=4):
@@ -27,7 +29,7 @@ def paper_like_rows():
 
 
 def test_claims_pass_on_paper_like_results():
-    c = sweep.claims(paper_like_rows() + [row("ic", 3, 1, 0.05, parts=(0.04, 0.06), cross=(300, 700))])
+    c = sec7.rows_claims(paper_like_rows() + [row("ic", 3, 1, 0.05, parts=(0.04, 0.06), cross=(300, 700))])
     assert {k: v["verdict"] for k, v in c.items()} == {"C0": "PASS", "C1": "PASS", "C2": "PASS", "C3": "PASS"}
     assert c["C1"]["failing"] == []
     assert c["C2"]["in_order"] == ["ic-L3/seed0", "ic-L3/seed1"] and c["C2"]["undecided"] == ["ic-L1/seed0", "ic-L2/seed0"]
@@ -37,7 +39,7 @@ def test_claims_pass_on_paper_like_results():
 
 def test_c1_fails_when_a_non_ic_run_learns():
     rows = paper_like_rows() + [row("non-ic", 3, 1, 0.2)]
-    c1 = sweep.claims(rows)["C1"]
+    c1 = sec7.rows_claims(rows)["C1"]
     assert c1["verdict"] == "FAIL" and c1["failing"] == ["non-ic-L3/seed1"]
 
 
@@ -45,8 +47,8 @@ def test_c1_threshold_scales_with_the_plateau():
     assert sweep.non_ic_floor(4) == pytest.approx(0.7)
     assert sweep.non_ic_floor(2) == pytest.approx(0.7 / 0.75 * 0.5)
     # 0.49 is on the N=2 plateau (0.5) but below the N=4 threshold: it must pass for N=2 only.
-    assert sweep.claims([row("non-ic", 1, 0, 0.49, chains=2)])["C1"]["verdict"] == "PASS"
-    assert sweep.claims([row("non-ic", 1, 0, 0.49, chains=4)])["C1"]["verdict"] == "FAIL"
+    assert sec7.rows_claims([row("non-ic", 1, 0, 0.49, chains=2)])["C1"]["verdict"] == "PASS"
+    assert sec7.rows_claims([row("non-ic", 1, 0, 0.49, chains=4)])["C1"]["verdict"] == "FAIL"
 
 
 def test_crossing_steps():
@@ -55,8 +57,11 @@ def test_crossing_steps():
 
 
 def test_figure4_smoke_end_to_end_and_resume(tmp_path):
-    spec = sweep.figure4_spec("smoke")
-    result = sweep.run_figure4(spec, tmp_path)
+    spec = presets.figure4("smoke")
+    rows = sweep.run_figure4(spec, tmp_path)
+    assert len(rows) == len(spec.layers) * len(spec.seeds) * 2
+    assert not (tmp_path / "claims.json").exists()  # the sweep measures; claims.sec7 judges
+    result = sec7.write_claims(tmp_path)
     assert set(result) == {"C0", "C1", "C2", "C3"}
     assert all(c["verdict"] in ("PASS", "FAIL", "INCONCLUSIVE", "NOT RUN") for c in result.values())
     with open(tmp_path / "summary.csv", newline="") as f:
@@ -74,23 +79,23 @@ def test_figure4_smoke_end_to_end_and_resume(tmp_path):
 
 
 def test_other_spec_in_same_folder_is_refused(tmp_path):
-    sweep.run_figure4(sweep.figure4_spec("smoke"), tmp_path)
+    sweep.run_figure4(presets.figure4("smoke"), tmp_path)
     with pytest.raises(UsageError):
-        sweep.run_figure4(sweep.figure4_spec("quick"), tmp_path)
+        sweep.run_figure4(presets.figure4("quick"), tmp_path)
 
 
 def test_unknown_preset():
     with pytest.raises(UsageError):
-        sweep.figure4_spec("huge")
+        presets.figure4("huge")
 
 
 def test_paper_spec_is_section_7_1():
-    spec = sweep.figure4_spec("paper")
+    spec = presets.figure4("paper")
     jobs = spec.jobs()
     assert len(jobs) == 16 and sum(len(j.config.seeds) for j in jobs) == 128
-    ic = [j for j in jobs if j.formulation == "ic"]
+    ic = [j for j in jobs if j.target == "ic"]
     assert {j.config.task.depth for j in ic} == {5}
-    assert {j.config.task.depth for j in jobs if j.formulation == "non-ic"} == {3}
+    assert {j.config.task.depth for j in jobs if j.target == "non-ic"} == {3}
     c = ic[0].config
-    assert (c.n_heads, c.d_model, c.batch_size, c.steps, c.lr, c.weight_decay) == (8, 128, 512, 10_000, 1e-3, 0.1)
+    assert (c.model.n_heads, c.model.d_model, c.batch_size, c.steps, c.optim.lr, c.optim.weight_decay) == (8, 128, 512, 10_000, 1e-3, 0.1)
     assert c.task.n_train == 2**20 and c.task.chains == 4 and c.task.dims == 4

@@ -13,7 +13,7 @@ import torch
 from stackedheads import presets
 from stackedheads.errors import UsageError
 from stackedheads.tasks.vectors import VectorTaskConfig
-from stackedheads.train import (
+from stackedheads.training import (
     TrainConfig,
     list_checkpoints,
     load_model,
@@ -22,7 +22,7 @@ from stackedheads.train import (
     train,
 )
 
-SMOKE = replace(presets.SMOKE, seeds=(0, 1))
+SMOKE = presets.SMOKE.override(seeds=(0, 1))
 
 
 def metric_rows(run_dir):
@@ -52,7 +52,7 @@ def test_run_folder_is_self_describing(tmp_path):
 
 def test_interrupted_run_resumes_to_identical_numbers(tmp_path):
     full, cut = tmp_path / "full", tmp_path / "cut"
-    cfg = replace(SMOKE, steps=24, ckpt_every=8, final_window=4)
+    cfg = SMOKE.override(steps=24, ckpt_every=8, final_window=4)
     train(cfg, full)
     assert train(cfg, cut, stop_after=13) == {}  # stopped between checkpoints 8 and 16
     assert not (cut / "summary.json").exists()
@@ -63,6 +63,7 @@ def test_interrupted_run_resumes_to_identical_numbers(tmp_path):
     assert a == b
 
 
+@pytest.mark.slow
 def test_killed_process_resumes_exactly(tmp_path):
     """SIGKILL a real `stackedheads train` after its first checkpoint, run it again, compare."""
     args = [
@@ -85,9 +86,9 @@ def test_killed_process_resumes_exactly(tmp_path):
 
 
 def test_member_of_ensemble_trains_like_a_model_alone(tmp_path):
-    cfg = replace(SMOKE, seeds=(3, 5), steps=20, ckpt_every=20)
+    cfg = SMOKE.override(seeds=(3, 5), steps=20, ckpt_every=20)
     train(cfg, tmp_path / "pair")
-    train(replace(cfg, seeds=(5,)), tmp_path / "alone")
+    train(cfg.override(seeds=(5,)), tmp_path / "alone")
     pair = [r for r in read_metrics(tmp_path / "pair") if r["seed"] == 5]
     alone = read_metrics(tmp_path / "alone")
     assert len(pair) == len(alone)
@@ -100,10 +101,11 @@ def test_member_of_ensemble_trains_like_a_model_alone(tmp_path):
     assert other[-1]["val_loss"] != pytest.approx(pair[-1]["val_loss"], abs=1e-6)
 
 
+@pytest.mark.slow
 def test_training_reaches_the_candidate_mean_plateau(tmp_path):
     # Predicting 0 costs 1.0; predicting the mean of the N = 2 candidates costs 1 - 1/N = 0.5.
     # Any working model and optimiser gets below 0.6 quickly; an untrained one stays near 1.
-    cfg = replace(SMOKE, seeds=(0,), d_model=64, n_heads=4, batch_size=128, steps=400, eval_every=50, ckpt_every=400)
+    cfg = SMOKE.override(seeds=(0,), d_model=64, n_heads=4, batch_size=128, steps=400, eval_every=50, ckpt_every=400)
     train(cfg, tmp_path)
     rows = read_metrics(tmp_path)
     assert rows[0]["step"] == 50 and rows[0]["val_loss"] > 0.6
@@ -123,9 +125,9 @@ def test_partial_losses_locate_the_error():
 
 
 def test_existing_folder_with_other_config_is_refused(tmp_path):
-    train(replace(SMOKE, steps=10, ckpt_every=10), tmp_path)
+    train(SMOKE.override(steps=10, ckpt_every=10), tmp_path)
     with pytest.raises(UsageError):
-        train(replace(SMOKE, steps=12, ckpt_every=10), tmp_path)
+        train(SMOKE.override(steps=12, ckpt_every=10), tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -134,9 +136,10 @@ def test_existing_folder_with_other_config_is_refused(tmp_path):
 )
 def test_bad_train_config(kwargs):
     with pytest.raises(UsageError):
-        replace(SMOKE, **kwargs)
+        SMOKE.override(**kwargs)
 
 
+@pytest.mark.slow
 def test_train_cli_bad_input_is_one_line():
     r = subprocess.run(
         [sys.executable, "-m", "stackedheads", "train", "--out", "/tmp/never", "--preset", "smoke", "--dims", "3"],

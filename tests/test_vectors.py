@@ -8,12 +8,10 @@ from stackedheads.tasks.vectors import (
     FIRST,
     QUERY,
     SECOND,
-    VectorDataset,
     VectorTaskConfig,
     batch_indices,
     make_batch,
     positional_encoding,
-    token_labels,
 )
 
 configs = st.builds(
@@ -103,24 +101,13 @@ def test_positional_encoding_is_sin_cos_pairs():
     assert torch.allclose(pe[3, 2], torch.sin(torch.tensor(3.0 * 0.01)))
 
 
-def test_dataset_and_epoch_order():
-    cfg = VectorTaskConfig(depth=2, n_train=100, n_val=10)
-    ds = VectorDataset(cfg)
-    assert len(ds) == 100 and len(VectorDataset(cfg, "val")) == 10
+def test_epoch_order():
     cache: dict = {}
     epoch0 = torch.cat([batch_indices(100, 10, seed=0, step=s, _cache=cache) for s in range(10)])
     assert sorted(epoch0.tolist()) == list(range(100))
     epoch1 = torch.cat([batch_indices(100, 10, seed=0, step=s) for s in range(10, 20)])
     assert sorted(epoch1.tolist()) == list(range(100)) and not torch.equal(epoch0, epoch1)
     assert torch.equal(batch_indices(100, 10, 0, 13), batch_indices(100, 10, 0, 13, _cache=cache))
-
-
-def test_token_labels():
-    cfg = VectorTaskConfig(chains=2, depth=1)
-    b = make_batch(cfg, [0])
-    labels = token_labels(b.meta)
-    assert len(labels) == 6 and sorted(labels[-2:]) == ["qA", "qB"]
-    assert sorted(labels[:4]) == ["A0", "A1", "B0", "B1"]
 
 
 @pytest.mark.parametrize(
@@ -154,9 +141,9 @@ def test_member_batches_are_each_members_own_batches():
     from dataclasses import replace
 
     from stackedheads import presets
-    from stackedheads.train import member_batches
+    from stackedheads.training import member_batches
 
-    cfg = replace(presets.SMOKE, seeds=(3, 11, 5))
+    cfg = presets.SMOKE.override(seeds=(3, 11, 5))
     caches = [{} for _ in cfg.seeds]
     got = member_batches(cfg, 7, caches)
     for e, seed in enumerate(cfg.seeds):

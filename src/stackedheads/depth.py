@@ -15,16 +15,10 @@ evaluation at which the partial loss is below that threshold.
 
 The folder ``out`` holds ``depth.json`` (the grid), ``runs/ic-D<D>-L<L>/`` (one ensemble each),
 ``results.jsonl`` (one row per D, layers and position), ``summary.csv``, ``phase.json`` (the
-per-D table), ``claims.json`` and the figure ``depth_phase.png``/``.svg``. Running again skips
+per-D table) and the figure ``depth_phase.png``/``.svg``. Running again skips
 finished jobs; another grid in the same folder is refused.
 
-Claims, for the report's "beyond the paper" section:
-
-* D1: no run learns ``x_j`` with fewer layers than the exact causal minimum. The theory is a
-  lower bound; a violation means a bug or a flaw in Assumptions 1-2 and FAILs loudly.
-* D2: trained transformers learn ``x_D`` within :data:`GAP_MAX` layer(s) of the exact causal
-  minimum, at every D tried (Sec. 5: "in practice, we can expect the number of required layers
-  to be even higher"; this measures how much higher).
+The claims D1 and D2 (:mod:`stackedheads.claims.beyond`) are read from these files.
 """
 
 from __future__ import annotations
@@ -37,25 +31,25 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from stackedheads import claims as claims_mod
-from stackedheads import presets, theory
-from stackedheads.claims import FAIL, NOT_RUN, PASS, Claim
+from stackedheads import theory
 from stackedheads.errors import UsageError
 from stackedheads.executors import Executor, Job, LocalExecutor, run_dir
 from stackedheads.plots import save_figure
-from stackedheads.storage import FolderLock, atomic_write_json, atomic_write_text, read_state_json
+from stackedheads.storage import (
+    FolderLock,
+    atomic_write_json,
+    atomic_write_text,
+    read_state_json,
+)
 from stackedheads.sweep import cross_threshold
-from stackedheads.train import TrainConfig, check_device, read_metrics, read_summary, run_is_complete
+from stackedheads.training import (
+    TrainConfig,
+    check_device,
+    read_metrics,
+    read_summary,
+    run_is_complete,
+)
 
-# The verdicts issue (12) adds INCONCLUSIVE to stackedheads.claims; the fallback keeps this
-# module working on a tree without it. Import it directly once issue 12 is committed.
-INCONCLUSIVE = getattr(claims_mod, "INCONCLUSIVE", "INCONCLUSIVE")
-
-SECTION = "Beyond the paper: depth phase diagram"
-# D2's threshold: x_D must be learned with at most this many layers above the exact causal
-# minimum. The theory ignores capacity and training (Sec. 5), so some slack is expected; one
-# layer is the least that allows any, and a PASS then says the exact causal model is nearly tight.
-GAP_MAX = 1
 SPEC_FILE = "depth.json"
 
 
@@ -83,9 +77,16 @@ class DepthSpec:
             raise UsageError("seeds must be >= 0")
 
     def config(self, depth: int, n_layers: int) -> TrainConfig:
-        return replace(
-            self.base, task=replace(self.base.task, depth=depth, ic=True), n_layers=n_layers, seeds=self.seeds
-        )
+        return self.base.override(depth=depth, ic=True, n_layers=n_layers, seeds=self.seeds)
+
+    def override(
+        self, depths: Sequence[int] | None = None, layers: Sequence[int] | None = None,
+        seeds: Sequence[int] | None = None, device: str | None = None, dtype: str | None = None,
+    ) -> DepthSpec:
+        """The grid with some of its axes, device or dtype changed (None: unchanged); a changed
+        grid is a new specification (its folder refuses the old one)."""
+        grid = {k: tuple(v) for k, v in (("depths", depths), ("layers", layers), ("seeds", seeds)) if v is not None}
+        return replace(self, base=self.base.override(device=device, dtype=dtype), **grid)
 
     def jobs(self) -> list[Job]:
         # Shallow shapes first: they are cheapest and fill the diagram's left side early.
@@ -111,23 +112,6 @@ class DepthSpec:
             raise UsageError("a depth grid must be a JSON object with preset, base, depths, layers, seeds") from None
 
 
-# Quick (CPU, N = 2): 20 ensembles of two seeds. Layers 1..5 reach one layer past the causal
-# minimum of x4 (4 layers) and start below every minimum (2), so D1 and D2 can both be decided.
-# QUICK's recipe and 2,000 steps (which learn x2 at D = 2 with 3 layers), at batch 64 instead of
-# 128: one-thread CPU time per step was measured as ~0.0028 s x tokens per sequence x layers at
-# batch 128 (half at 64), so the grid costs ~78 min at batch 128 and ~43 min at 64 on one idle
-# core (README, "Depth phase diagram"). Measured: the costliest job (D = 4, 5 layers) took 261 s
-# of CPU (255 s predicted) and stayed on the plateau for all of x1..x4, so expect D2 to be
-# INCONCLUSIVE at D = 4 on CPU: the map's deep end needs the GPU preset.
-QUICK_BATCH = 64
-DEPTH = {
-    # Sec. 7.1: N = 4, 8 seeds per shape, 1..8 layers; D up to 8 (causal minimum of x8: 5 layers).
-    "paper": DepthSpec("paper", presets.PAPER, tuple(range(1, 9)), tuple(range(1, 9)), tuple(range(8))),
-    "quick": DepthSpec("quick", replace(presets.QUICK, batch_size=QUICK_BATCH), (1, 2, 3, 4), (1, 2, 3, 4, 5), (0, 1)),
-    "smoke": DepthSpec("smoke", presets.SMOKE, (1, 2), (1, 2), (0, 1)),
-}
-
-
 def parse_ints(text: str, option: str) -> tuple[int, ...]:
     """``"1-6"``, ``"1,3,5"`` or ``"1-3,6"`` as a sorted tuple of distinct integers."""
     out: set[int] = set()
@@ -147,25 +131,6 @@ def parse_ints(text: str, option: str) -> tuple[int, ...]:
     if not out:
         raise UsageError(f"{option} is empty")
     return tuple(sorted(out))
-
-
-def depth_spec(
-    preset: str,
-    depths: Sequence[int] | None = None,
-    layers: Sequence[int] | None = None,
-    seeds: Sequence[int] | None = None,
-    device: str | None = None,
-    dtype: str | None = None,
-) -> DepthSpec:
-    """A named grid with optional overrides (a changed grid is a new specification)."""
-    if preset not in DEPTH:
-        raise UsageError(f"unknown depth preset {preset!r}; choose one of {', '.join(DEPTH)}")
-    spec = DEPTH[preset]
-    base_over = {k: v for k, v in (("device", device), ("dtype", dtype)) if v is not None}
-    if base_over:
-        spec = replace(spec, base=replace(spec.base, **base_over))
-    grid = {k: tuple(v) for k, v in (("depths", depths), ("layers", layers), ("seeds", seeds)) if v is not None}
-    return replace(spec, **grid) if grid else spec
 
 
 # --- results ------------------------------------------------------------------------------------
@@ -196,7 +161,7 @@ def collect(jobs: Sequence[Job], out: Path) -> list[dict]:
             learned = {s: v < thr for s, v in final.items()}
             rows.append(
                 {
-                    "depth": D, "layers": cfg.n_layers, "position": j, "chains": cfg.task.chains,
+                    "depth": D, "layers": cfg.model.n_layers, "position": j, "chains": cfg.task.chains,
                     "threshold": thr, "steps": cfg.steps, "seeds": [str(s) for s in cfg.seeds],
                     "final_partial": final, "learned": learned,
                     "first_step": {str(s): first_step_below(metrics, s, col, thr) for s in cfg.seeds},
@@ -292,123 +257,8 @@ def read_results(out: str | Path) -> list[dict]:
         raise UsageError(f"{path} is damaged: run the sweep again to rebuild it (finished runs are kept)") from None
 
 
-# --- claims -------------------------------------------------------------------------------------
 
-_D1_PAPER = (
-    "Theorem 1 is a lower bound (Sec. 5), and so is its exact causal refinement (App. B's model "
-    "with the mask): no run learns x_j with fewer layers than the exact causal minimum for x_j."
-)
-_D2_PAPER = (
-    f"Not in the paper, which only expects more layers than its bound (Sec. 5: 'in practice, we can "
-    f"expect the number of required layers to be even higher'); our hypothesis: training needs at "
-    f"most {GAP_MAX} layer(s) more than the exact causal minimum to learn x_D, at every D."
-)
-
-
-def _criterion(rows: Sequence[dict]) -> str:
-    thr = sorted({round(r["threshold"], 4) for r in rows})
-    chains = sorted({r["chains"] for r in rows})
-    return (f"learned = final partial loss below {' / '.join(map(str, thr))} "
-            f"(0.5 scaled to the 1 - 1/N plateau, N = {'/'.join(map(str, chains))})")
-
-
-def claim_d1(rows: Sequence[dict]) -> Claim:
-    """D1: no seed's run learns x_j with fewer layers than the causal minimum for x_j.
-
-    PASS needs positive evidence: some x_j tried below its causal minimum *and* learned at or
-    above it (not learning below the minimum says nothing if x_j is never learned at all).
-    """
-    if not rows:
-        return Claim(SECTION, "D1", _D1_PAPER, "the depth sweep has no results", NOT_RUN)
-    violations = [
-        f"D={r['depth']} L={r['layers']} x{r['position']} seed {s} (final partial {r['final_partial'][s]:.3f}, "
-        f"causal minimum {r['causal_min']})"
-        for r in rows if r["layers"] < r["causal_min"] for s in r["seeds"] if r["learned"][s]
-    ]
-    if violations:
-        return Claim(
-            SECTION, "D1", _D1_PAPER,
-            f"VIOLATION OF THE LOWER BOUND in {len(violations)} run(s): {'; '.join(violations)}. "
-            f"A bug (e.g. leaked targets or positions) or a flaw in Assumptions 1-2; {_criterion(rows)}",
-            FAIL,
-        )
-    learned_at_or_above = {(r["depth"], r["position"]) for r in rows if r["layers"] >= r["causal_min"] and r["learned_all"]}
-    below = [r for r in rows if r["layers"] < r["causal_min"]]
-    informative = [r for r in below if (r["depth"], r["position"]) in learned_at_or_above]
-    if not informative:
-        missing = (
-            "no run had fewer layers than a causal minimum (include smaller --layers)" if not below
-            else "positions tried below their causal minimum were never learned at or above it, so not "
-                 "learning them below it shows nothing (train longer or add layers)"
-        )
-        return Claim(SECTION, "D1", _D1_PAPER, f"no violation, but {missing}; {_criterion(rows)}", INCONCLUSIVE)
-    n_runs = sum(len(r["seeds"]) for r in informative)
-    pairs = sorted({(r["depth"], r["position"]) for r in informative})
-    return Claim(
-        SECTION, "D1", _D1_PAPER,
-        f"0 of {n_runs} seed runs below the causal minimum learned their position, over {len(pairs)} "
-        f"(D, x_j) pairs that are learned with enough layers ({', '.join(f'D={d} x{j}' for d, j in pairs)}); "
-        f"{_criterion(rows)}",
-        PASS,
-    )
-
-
-def d2_per_depth(rows: Sequence[dict]) -> list[dict]:
-    """D2's verdict per D (see :func:`claim_d2`), with the reason in words."""
-    out = []
-    for t in phase_table(rows):
-        D, cmin, tmin, tried = t["depth"], t["causal_min"], t["trained_min"], t["layers_tried"]
-        window = [L for L in tried if cmin <= L <= cmin + GAP_MAX]
-        if tmin is None:
-            verdict = INCONCLUSIVE
-            why = (f"x{D} never learned in every seed within layers {_span(tried)} in {rows[0]['steps']} steps: "
-                   "train longer or try more layers")
-        elif tmin < cmin:
-            verdict, why = FAIL, f"x{D} learned with {tmin} layers, below the causal minimum {cmin} (see D1)"
-        elif tmin - cmin <= GAP_MAX:
-            verdict, why = PASS, f"x{D} learned with {tmin} layers, causal minimum {cmin} (gap {tmin - cmin})"
-        elif window:
-            # Layers within the allowed gap were tried and did not learn x_D in every seed.
-            verdict = FAIL
-            why = f"x{D} needs {tmin} layers, causal minimum {cmin} (gap {tmin - cmin}; {_span(window)} tried, not learned)"
-        else:
-            verdict = INCONCLUSIVE
-            why = (f"x{D} learned with {tmin} layers, causal minimum {cmin}, but no layer count in "
-                   f"{cmin}..{cmin + GAP_MAX} was tried: the gap is at most {tmin - cmin}")
-        out.append({"depth": D, "verdict": verdict, "reason": why, "gap": t["gap"]})
-    return out
-
-
-def claim_d2(rows: Sequence[dict]) -> Claim:
-    """D2: for every D, x_D is learned (every seed) within GAP_MAX layers of the causal minimum.
-
-    FAIL: some D learned only further above the minimum although layers within the gap were
-    tried (or below the minimum); INCONCLUSIVE: some D never learned x_D within the layers tried
-    (training budget or depth, we cannot tell) or the gap window was not tried; PASS otherwise.
-    """
-    if not rows:
-        return Claim(SECTION, "D2", _D2_PAPER, "the depth sweep has no results", NOT_RUN)
-    per = d2_per_depth(rows)
-    verdicts = {p["verdict"] for p in per}
-    verdict = FAIL if FAIL in verdicts else INCONCLUSIVE if INCONCLUSIVE in verdicts else PASS
-    shown = "; ".join(f"D={p['depth']} {p['verdict']}: {p['reason']}" for p in per)
-    return Claim(
-        SECTION, "D2", _D2_PAPER,
-        f"threshold: gap <= {GAP_MAX} layer(s) in every seed; {shown}; {_criterion(rows)}",
-        verdict,
-    )
-
-
-def depth_claims(rows: Sequence[dict]) -> list[Claim]:
-    return [claim_d1(rows), claim_d2(rows)]
-
-
-def claims_from_folder(out: str | Path) -> list[Claim]:
-    """D1 and D2 re-evaluated from a depth folder's ``results.jsonl`` (NOT RUN when absent)."""
-    return depth_claims(read_results(out))
-
-
-def _span(layers: Sequence[int]) -> str:
+def span(layers: Sequence[int]) -> str:
     layers = sorted(layers)
     if layers == list(range(layers[0], layers[-1] + 1)) and len(layers) > 1:
         return f"{layers[0]}-{layers[-1]}"
@@ -510,7 +360,6 @@ def _edges(values: Sequence[int]):
 class DepthResult:
     rows: list[dict]
     table: list[dict]
-    claims: list[Claim]
     figures: list[str]
     trained: int  # jobs trained (or resumed) by this call; 0 when every job was finished
 
@@ -558,35 +407,6 @@ def run_depth(
         write_results_jsonl(rows, out / "results.jsonl")
         write_summary_csv(rows, out / "summary.csv")
         table = phase_table(rows)
-        per_d = {p["depth"]: p for p in d2_per_depth(rows)}
-        for t in table:
-            t["d2"] = {k: per_d[t["depth"]][k] for k in ("verdict", "reason")}
-        found = depth_claims(rows)
         atomic_write_json(out / "phase.json", table)
-        atomic_write_json(out / "claims.json", [c.to_dict() for c in found])
         figures = plot_phase(rows, out)
-    return DepthResult(rows, table, found, figures, len(todo))
-
-
-def tables(result: DepthResult):
-    """Two rich tables: trained vs theoretical layers per D, and the claims."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    t = Table(title="Layers needed per D: trained (every seed) vs theory")
-    for col in ("D", "layers tried", "trained x_D", "trained x_1..x_D", "causal min", "no-mask min", "paper bound", "gap", "D2"):
-        t.add_column(col, justify="right" if col not in ("trained x_1..x_D", "D2") else "left")
-    for r in result.table:
-        per = " ".join("-" if v is None else str(v) for v in r["trained_min_per_position"].values())
-        t.add_row(
-            str(r["depth"]), _span(r["layers_tried"]), "never" if r["trained_min"] is None else str(r["trained_min"]),
-            per, str(r["causal_min"]), str(r["no_mask_min"]), str(r["paper_bound"]),
-            "-" if r["gap"] is None else f"{r['gap']:+d}", r.get("d2", {}).get("verdict", ""),
-        )
-    c = Table(title=SECTION)
-    for col in ("claim", "verdict", "measured"):
-        c.add_column(col)
-    for cl in result.claims:
-        style = {"PASS": "green", "FAIL": "bold red"}.get(cl.verdict, "yellow")
-        c.add_row(escape(f"{cl.id} {cl.paper}"), f"[{style}]{cl.verdict}[/]", escape(cl.measured))
-    return t, c
+    return DepthResult(rows, table, figures, len(todo))

@@ -27,13 +27,13 @@ from pathlib import Path
 
 import torch
 
-from stackedheads.circuits.ablate import SINK, Circuit, path_key
+from stackedheads.circuits.ablate import Circuit, path_key
+from stackedheads.circuits.rules import dst_label, path_ends
 from stackedheads.claims import order_of
-from stackedheads.circuits.rules import chain_positions
 from stackedheads.errors import UsageError
 from stackedheads.plots import save_figure
 from stackedheads.storage import atomic_write_json
-from stackedheads.train import (
+from stackedheads.training import (
     TrainConfig,
     list_checkpoints,
     load_model,
@@ -46,16 +46,15 @@ THRESHOLD = 0.5  # Figure 7: the epoch at which the average attention goes above
 
 @torch.no_grad()
 def path_attention(model, batch, paths: list[tuple[int, int, int, int]]) -> list[float]:
-    """Mean attention of tokens ``s_src`` on ``s_dst`` (same chain), per path, for one member."""
+    """Mean attention of tokens ``s_src`` on ``s_dst`` (same chain, or position 0 for a sink
+    path), per path, for one member."""
     names = sorted({f"blocks.{l}.attn.hook_pattern" for l, *_ in paths})
     _, cache = model.run_with_cache(batch.inputs, batch.meta, names=names)
-    cp = chain_positions(batch.meta)  # (B, N, 2D+1)
-    B = cp.shape[0]
+    B = batch.meta.role.shape[0]
     out = []
     for layer, head, src, dst in paths:
         pat = cache[f"blocks.{layer}.attn.hook_pattern"][0, :, head]  # (B, T, T)
-        rows = cp[:, :, src]  # (B, N)
-        cols = torch.zeros_like(rows) if dst == SINK else cp[:, :, dst]
+        rows, cols = path_ends(batch.meta, src, dst)  # (B, N) each
         out.append(float(pat[torch.arange(B)[:, None], rows, cols].mean()))
     return out
 
@@ -222,7 +221,7 @@ def plot_timeline(t: Timeline, cfg: TrainConfig, metrics: list[dict], out: Path)
         ax.set(xlabel="step", ylabel="mean attention", ylim=(0, 1.02), title=f"seed {t.seed}: {key}")
         sec = ax.secondary_xaxis("top", functions=(lambda s: s * per, lambda e: e / per))
         sec.set_xlabel("epoch (paper's)")
-        save(fig, f"path{i}_L{p[0]}.{p[1]}_s{p[2]}-" + ("p0" if p[3] == SINK else f"s{p[3]}"))
+        save(fig, f"path{i}_L{p[0]}.{p[1]}_s{p[2]}-" + dst_label(p[3]))
 
     fig, ax = plt.subplots(figsize=(6, 0.45 * len(t.paths) + 1.2))
     keys = [path_key(p) for p in t.paths]

@@ -26,9 +26,14 @@ from typing import Protocol
 
 from stackedheads.errors import UsageError
 from stackedheads.model import flops_per_step
-from stackedheads.perf import apply_threads, available_cores, default_threads, openmp_env
+from stackedheads.perf import (
+    apply_threads,
+    available_cores,
+    default_threads,
+    openmp_env,
+)
 from stackedheads.storage import FolderLock
-from stackedheads.train import TrainConfig, list_checkpoints, train
+from stackedheads.training import TrainConfig, list_checkpoints, train
 
 EXECUTORS = ("local", "ray")
 
@@ -36,11 +41,15 @@ EXECUTORS = ("local", "ray")
 @dataclass(frozen=True)
 class Job:
     name: str  # also the run folder's name under <out>/runs/
-    formulation: str  # "ic" or "non-ic"
+    target: str  # "ic" or "non-ic": the IC or non-IC targets of Sec. 6 (summary.csv's "formulation")
     config: TrainConfig
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "formulation": self.formulation, "config": self.config.to_dict()}
+        return {"name": self.name, "target": self.target, "config": self.config.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Job:
+        return cls(d["name"], d["target"], TrainConfig.from_dict(d["config"]))
 
 
 def run_dir(out: Path, job: Job) -> Path:
@@ -143,8 +152,7 @@ def _run_in_processes(jobs, out: Path, workers: int, threads: int, progress_fact
     queue, running = sorted(jobs, key=_job_flops, reverse=True), {}  # longest first: the shortest makespan
 
     def start(job: Job) -> None:
-        spec = json.dumps({"name": job.name, "formulation": job.formulation, "config": job.config.to_dict(),
-                           "out": str(out), "threads": threads})
+        spec = json.dumps({"job": job.to_dict(), "out": str(out), "threads": threads})
         proc = subprocess.Popen(
             [sys.executable, "-m", "stackedheads.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True, env=env,

@@ -60,18 +60,27 @@ LN_EPS = 1e-5
 class ModelConfig:
     """Shape of one transformer. Defaults: Sec. 7.1 with N = 4, K = 4, D = 3 (IC).
 
-    ``d_head=None`` means ``d_model // n_heads`` (GPT-2); Sec. 9.1 decouples it (d_model 512,
-    one head of size 16).
+    Args:
+        d_in: input width, 2K: the token vector (K) and its positional encoding (K), Sec. 6.
+        d_out: output width per query: D*K with the implicit curriculum, K without (Sec. 7).
+        n_queries: N; the readout is at the last n_queries positions (Sec. 6).
+        n_layers: transformer layers (Sec. 7.1: 1-8; 8.1: 12; 9.1: 24).
+        n_heads: attention heads per layer (Sec. 7.1: 8; 8.1, 9.1: 1).
+        d_model: residual stream width (Sec. 7.1, 8.1: 128; 9.1: 512).
+        d_head: head size; None is d_model // n_heads (GPT-2); Sec. 9.1 decouples it (16).
+        mlp: a GELU MLP of width 4 d_model after each attention (Sec. 9.1 removes them).
+
+    In a :class:`~stackedheads.training.TrainConfig` the first three follow the task.
     """
 
-    d_in: int = 8  # 2K: token vector (K) + positional encoding (K), Sec. 6
-    d_out: int = 12  # D*K with the implicit curriculum, K without (Sec. 7)
-    n_queries: int = 4  # N: the readout is at the last n_queries positions (Sec. 6)
+    d_in: int = 8
+    d_out: int = 12
+    n_queries: int = 4
     n_layers: int = 2
     n_heads: int = 8
     d_model: int = 128
     d_head: int | None = None
-    mlp: bool = True  # GELU MLP of width 4 d_model; Sec. 9.1 removes it
+    mlp: bool = True
 
     def __post_init__(self) -> None:
         for name in ("d_in", "d_out", "n_queries", "n_layers", "n_heads", "d_model"):
@@ -352,7 +361,7 @@ class EnsembleTransformer(nn.Module):
     member -- returns (E, B, n_queries, d_out): the readout at the last n_queries positions.
 
     Training note: to keep members independent, sum the per-member losses (e.g.
-    :func:`stackedheads.train.member_mse`) rather than averaging over E, and
+    :func:`stackedheads.training.member_mse`) rather than averaging over E, and
     clip gradients per member (:func:`clip_grad_norm_per_member_`), never jointly.
     """
 
@@ -517,19 +526,6 @@ class EnsembleTransformer(nn.Module):
         single.load_state_dict(state, assign=True)  # assign: keep device and dtype
         return single
 
-    @classmethod
-    def stack(cls, models: Sequence[EnsembleTransformer]) -> EnsembleTransformer:
-        """Merge ensembles of the same config into one, members in order (inverse of member)."""
-        if not models:
-            raise UsageError("stack needs at least one model")
-        config = models[0].config
-        if any(m.config != config for m in models):
-            raise UsageError("stack needs models with the same ModelConfig")
-        merged = cls(config, [s for m in models for s in m.seeds], init=False)
-        states = [m.state_dict() for m in models]
-        state = {k: torch.cat([sd[k].detach() for sd in states], dim=0) for k in states[0]}
-        merged.load_state_dict(state, assign=True)
-        return merged
 
 
 def _adapt(fn: HookFn, name: str, meta: Any) -> Callable[[nn.Module, Any, Tensor], Tensor | None]:

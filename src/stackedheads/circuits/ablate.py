@@ -1,9 +1,11 @@
 """Circuits as data, and the ablations that validate them (Appendix E, steps 3, 5 and 6).
 
-A circuit lists, per layer and head, what replaces the head's attention: ``uniform``,
-``identity``, ``kept`` (the head's own attention), or per token role (first / second / query)
-a rule from :mod:`.rules`, ``uniform`` or ``kept`` (rows no rule explains). It also lists the paths each useful
-head carries: ``(src, dst)`` meaning "tokens ``s_src`` attend to ``s_dst`` of their own chain".
+A circuit lists, per layer and head, what replaces the head's attention: a baseline rule
+(``uniform``, ``identity``) or ``kept`` (the head's own attention) for the whole head, or per
+token role (first / second / query) any rule of :data:`.rules.RULES` or ``kept`` (rows no rule
+explains). It also lists the paths each useful head carries: ``(src, dst)`` meaning "tokens
+``s_src`` attend to ``s_dst`` of their own chain". Which names are valid comes from the
+registry, so a rule registered from outside the package is valid here too.
 
 * Combined ablation (step 5): every head replaced at once, rows no rule explains (``kept``)
   included: they are made uniform (``strict``), so the check hides nothing. The validation MSE
@@ -11,8 +13,8 @@ head carries: ``(src, dst)`` meaning "tokens ``s_src`` attend to ``s_dst`` of th
 * Per-path ablation (step 6): on top of the combined ablation (kept rows left to the head),
   one path's rows, or a redundant group's, are made uniform; a necessary path raises the loss.
 
-A path's ``dst`` is an s-index of the source token's own chain, or :data:`SINK` (-1) for the
-first position of the sequence (``first-token`` rule, an attention sink): attending there
+A path's ``dst`` is an s-index of the source token's own chain, or :data:`~.rules.SINK` (-1)
+for the first position of the sequence (a sink rule such as ``first-token``): attending there
 copies a real token, so it is a path like any other until its removal is shown to be harmless.
 """
 
@@ -26,10 +28,12 @@ from pathlib import Path
 import torch
 
 from stackedheads.circuits.rules import (
-    IDENTITY,
     KEPT,
     ROLES,
+    SINK,
     UNIFORM,
+    baselines,
+    dst_label,
     head_pattern,
     library,
     s_index,
@@ -40,20 +44,17 @@ from stackedheads.model import EnsembleTransformer
 from stackedheads.tasks.vectors import Batch, Meta, VectorTaskConfig
 
 
-SINK = -1  # a path's dst: sequence position 0 (the first-token rule), not a chain position
-
-
 def path_key(path: tuple[int, int, int, int]) -> str:
     """``(layer, head, src, dst)`` as text: ``L3.0 s2->s4`` (``s2->p0`` for the first position)."""
     layer, head, src, dst = path
-    return f"L{layer}.{head} s{src}->" + ("p0" if dst == SINK else f"s{dst}")
+    return f"L{layer}.{head} s{src}->" + dst_label(dst)
 
 
 @dataclass
 class HeadSpec:
     layer: int
     head: int
-    rules: dict[str, str] | str  # UNIFORM, IDENTITY, KEPT, or {role: rule name}
+    rules: dict[str, str] | str  # a baseline rule's name, KEPT, or {role: rule name}
     paths: list[tuple[int, int]] = field(default_factory=list)  # useful (src, dst) s-indices
 
     @property
@@ -149,7 +150,8 @@ def check_circuit_dict(d: object) -> None:
         bad("heads must be a non-empty list")
     if not isinstance(d.get("info", {}), dict):
         bad("info must be an object")
-    names = set(library(depth)) | {UNIFORM, KEPT}
+    lib = library(depth)
+    names, wholes = set(lib) | {KEPT}, [*baselines(lib), KEPT]
     top = 2 * depth
     for i, h in enumerate(heads):
         if not isinstance(h, dict):
@@ -160,8 +162,8 @@ def check_circuit_dict(d: object) -> None:
         where = f"head {layer}.{head}"
         rules = h.get("rules")
         if isinstance(rules, str):
-            if rules not in (UNIFORM, IDENTITY, KEPT):
-                bad(f"{where}: unknown kind {rules[:40]!r}; use {UNIFORM}, {IDENTITY}, {KEPT} or rules per role")
+            if rules not in wholes:
+                bad(f"{where}: unknown kind {rules[:40]!r}; use {', '.join(wholes)} or rules per role")
         elif isinstance(rules, dict):
             if set(rules) != set(ROLES):
                 bad(f"head {layer}.{head}: rules must name every role {sorted(ROLES)}")
@@ -169,7 +171,7 @@ def check_circuit_dict(d: object) -> None:
                 if name not in names:
                     bad(f"{where}: unknown rule {str(name)[:40]!r} for role {role}")
         else:
-            bad(f"{where}: rules must be a kind ({UNIFORM}, {IDENTITY}, {KEPT}) or an object of rules per role")
+            bad(f"{where}: rules must be a kind ({', '.join(wholes)}) or an object of rules per role")
         paths = h.get("paths", [])
         if not isinstance(paths, list):
             bad(f"{where}: paths must be a list of [src, dst]")
@@ -204,15 +206,15 @@ def replaced_patterns(
     removals = [tuple(r) for r in (remove or [])]
     out: dict[int, dict[int, Replacement]] = {}
     for h in circuit.heads:
-        if h.kind == UNIFORM or (h.kind == KEPT and strict):
+        if h.kind == KEPT and strict:
             pat, rows = uniform_causal(B, T), every_row
-        elif h.kind == IDENTITY:
-            pat, rows = torch.eye(T).expand(B, T, T), every_row
         elif h.kind == KEPT:
             pat, rows = torch.zeros(B, T, T), ~every_row
-        else:
+        elif h.kind == "rule":
             rules = {r: (UNIFORM if strict and n == KEPT else n) for r, n in h.rules.items()}
             pat, rows = head_pattern(rules, meta, lib)
+        else:  # a baseline for the whole head
+            pat, rows = lib[h.kind].pattern(meta), every_row
         for layer, head, src in removals:
             if (layer, head) != (h.layer, h.head):
                 continue
@@ -304,7 +306,7 @@ def format_table(rows: Sequence[LossRow]) -> list[list[str]]:
 
 def validate_run(run_dir: str | Path, spec: str | Path, checkpoint: int | None = None, n_val: int = 512) -> list[LossRow]:
     """Appendix E steps 5-6 for a circuit file on the member its ``info.seed`` names (or member 0)."""
-    from stackedheads.train import checkpoint_for, load_model, validation_batch
+    from stackedheads.training import checkpoint_for, load_model, validation_batch
 
     circuit = Circuit.load(spec)
     model, cfg, _ = load_model(checkpoint_for(run_dir, checkpoint))

@@ -28,9 +28,11 @@ removal that breaks is shrunk to a minimal group, and the search repeats on the 
 that carry no useful path are simplified to uniform (or the identity) where the budget allows,
 and the paths are recomputed on the simplified circuit.
 
-``first-token`` (all attention on position 0, an attention sink) copies a real token into the
-stream, so it is a path like any other (``dst`` = :data:`~stackedheads.circuits.ablate.SINK`),
-kept only when replacing it with uniform attention breaks the loss.
+Which rules are baselines, how ties rank and which paths a rule carries come from the rule
+objects of :data:`~stackedheads.circuits.rules.RULES`, never from their names: a sink rule
+(``first-token``, all attention on position 0) copies a real token into the stream, so it is a
+path like any other (``dst`` = :data:`~stackedheads.circuits.rules.SINK`), kept only when
+replacing it with uniform attention breaks the loss.
 
 Budgets: Appendix E's absolute threshold (validation loss below 0.05) applied to every chain
 position, or, with ``threshold=None``, each position's unablated loss plus ``tolerance`` (the CPU
@@ -51,7 +53,6 @@ from stackedheads import theory
 from stackedheads.circuits.ablate import (
     COMBINED,
     COMBINED_KEPT,
-    SINK,
     Circuit,
     HeadSpec,
     LossRow,
@@ -61,12 +62,13 @@ from stackedheads.circuits.ablate import (
     replaced_patterns,
 )
 from stackedheads.circuits.rules import (
-    IDENTITY,
     KEPT,
     ROLES,
-    UNIFORM,
-    hop_of,
+    SINK,
+    AttentionRule,
+    baselines,
     library,
+    role_sources,
     rule_mass,
 )
 from stackedheads.errors import UsageError
@@ -74,7 +76,6 @@ from stackedheads.model import EnsembleTransformer
 from stackedheads.plots import save_figure
 from stackedheads.tasks.vectors import Batch, VectorTaskConfig
 
-FIRST_TOKEN = "first-token"
 MAX_PAIR_TESTS = 400  # pairs of non-necessary paths tested for redundancy (the rest: one joint group)
 
 
@@ -101,53 +102,27 @@ class DiscoverConfig:
         return [p + self.tolerance if p > self.threshold else self.threshold for p in partial], over
 
 
-def _simplicity(name: str) -> tuple:
-    """Ties in attention mass go to the simpler rule."""
-    if name == IDENTITY:
-        return (0, 0)
-    if name == "previous":
-        return (1, 0)
-    d = hop_of(name)
-    return (2, abs(d)) if d is not None else (3, name)
-
-
-def fitted_rules(masses: dict[str, float], min_mass: float = 0.0) -> list[str]:
-    """Rules of one role catching at least ``min_mass`` of its attention, best fit first."""
-    ranked = sorted(masses.items(), key=lambda kv: (-round(kv[1], 3), _simplicity(kv[0])))
+def fitted_rules(masses: dict[str, float], lib: dict[str, AttentionRule], min_mass: float = 0.0) -> list[str]:
+    """Rules of one role catching at least ``min_mass`` of its attention, best fit first; ties
+    go to the simpler rule (its ``rank``), then to library order (``masses`` keeps it)."""
+    ranked = sorted(masses.items(), key=lambda kv: (-round(kv[1], 3), lib[kv[0]].rank))
     return [name for name, mass in ranked if mass >= min_mass]
 
 
-def role_candidates(masses: dict[str, float], min_mass: float, top: int = 3) -> list[str]:
-    """Replacements to try for one role: the best-fitting rules, then uniform and the identity."""
-    fits = [n for n in fitted_rules(masses, min_mass) if n != IDENTITY][:top]
-    return fits + [UNIFORM, IDENTITY]
-
-
-def role_sources(role: str, depth: int) -> list[int]:
-    """The ``s_i`` a token role holds: the query s_0, second tokens s_2k, first tokens s_2k+1."""
-    return {"query": [0], "second": list(range(2, 2 * depth + 1, 2)), "first": list(range(1, 2 * depth, 2))}[role]
+def role_candidates(masses: dict[str, float], lib: dict[str, AttentionRule], min_mass: float, top: int = 3) -> list[str]:
+    """Replacements to try for one role: the best-fitting rules, then the baselines (App. E:
+    uniform, then the identity)."""
+    fits = [n for n in fitted_rules(masses, lib, min_mass) if not lib[n].baseline][:top]
+    return fits + baselines(lib)
 
 
 def candidate_paths(spec: HeadSpec, depth: int) -> list[tuple[int, int]]:
-    """``(src, dst)`` paths a rule head may carry: tokens ``s_src`` read ``s_dst`` of their
-    chain, or position 0 (``dst`` = SINK) under the first-token rule."""
+    """``(src, dst)`` paths a rule head may carry: what each role's rule links
+    (:meth:`~stackedheads.circuits.rules.AttentionRule.paths`)."""
     if spec.kind != "rule":
         return []
-    pos = theory.chain_order(depth)  # sequence position of each s_i within one chain
-    out = []
-    for role, name in spec.rules.items():
-        srcs = role_sources(role, depth)
-        if name == FIRST_TOKEN:
-            out += [(i, SINK) for i in srcs]
-            continue
-        d = -1 if (name == "previous" and role == "second") else hop_of(name)
-        if d is None:
-            continue  # identity, uniform, or previous off-chain
-        for i in srcs:
-            j = i + d
-            if 0 <= j <= 2 * depth and pos[j] < pos[i]:
-                out.append((i, j))
-    return sorted(out)
+    lib = library(depth)
+    return sorted(p for role, name in spec.rules.items() if name != KEPT for p in lib[name].paths(role, depth))
 
 
 def split(batch: Batch) -> tuple[Batch, Batch]:
@@ -221,12 +196,13 @@ def discover(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, c
         spec.rules[role] = KEPT
 
     lib = library(task.depth)
+    base = baselines(lib)  # App. E's no-computation replacements, simplest (uniform) first
     masses = {}
     for spec in circuit.heads:
         observed = cache[f"blocks.{spec.layer}.attn.hook_pattern"][0, :, spec.head]
         masses[spec.layer, spec.head] = m = rule_mass(observed, search.meta, lib)
-        if not any(n != IDENTITY for role in ROLES for n in fitted_rules(m[role], cfg.min_mass)):
-            for whole in (UNIFORM, IDENTITY):
+        if not any(not lib[n].baseline for role in ROLES for n in fitted_rules(m[role], lib, cfg.min_mass)):
+            for whole in base:
                 spec.rules = whole
                 if fits():
                     break
@@ -236,7 +212,7 @@ def discover(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, c
                 continue
         spec.rules = {role: KEPT for role in ROLES}
         for role in ROLES:
-            assign(spec, role, role_candidates(m[role], cfg.min_mass))
+            assign(spec, role, role_candidates(m[role], lib, cfg.min_mass))
         if set(spec.rules.values()) == {KEPT}:
             spec.rules = KEPT
     # Keep searching: rows left unexplained get every rule of the library, now that the heads
@@ -248,29 +224,30 @@ def discover(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, c
         if spec.kind == KEPT:
             spec.rules = {role: KEPT for role in ROLES}
         for role in roles:
-            assign(spec, role, [n for n in fitted_rules(masses[spec.layer, spec.head][role]) if n != IDENTITY] + [UNIFORM, IDENTITY])
+            assign(spec, role, [n for n in fitted_rules(masses[spec.layer, spec.head][role], lib) if not lib[n].baseline] + base)
         if set(spec.rules.values()) == {KEPT}:
             spec.rules = KEPT
 
     groups = _useful_paths(circuit, fits)
-    # Simpler is better (App. E step 3): roles that carry no useful path become uniform, or the
-    # identity, where every position stays within budget; then the paths are found again.
+    # Simpler is better (App. E step 3): roles that carry no useful path become a baseline
+    # (uniform, or the identity) where every position stays within budget; then the paths are
+    # found again. A head all of whose roles are the simplest baseline is that baseline whole.
     for spec in circuit.heads:
         if spec.kind != "rule":
             continue
         carried = {src for src, _ in spec.paths}
         for role, name in list(spec.rules.items()):
-            if name in (UNIFORM, KEPT) or (set(role_sources(role, task.depth)) & carried):
+            if name in (base[0], KEPT) or (set(role_sources(role, task.depth)) & carried):
                 continue
-            for simpler in (UNIFORM, IDENTITY):
+            for simpler in base:
                 if simpler == name:
                     break
                 spec.rules[role] = simpler
                 if fits():
                     break
                 spec.rules[role] = name
-        if set(spec.rules.values()) == {UNIFORM}:
-            spec.rules = UNIFORM
+        if set(spec.rules.values()) == {base[0]}:
+            spec.rules = base[0]
     groups = _useful_paths(circuit, fits)
     circuit.info["redundant_groups"] = [[path_key(p) for p in g] for g in groups]
 
@@ -357,7 +334,7 @@ def plot_circuit(circuit: Circuit, out: str | Path, title: str = "") -> list[str
     Arrows point the way information flows: from the attended position to the attending one,
     labelled with the layer (``L0`` is the first, as in ``blocks.0``). Paths of a redundant group
     (useful only together) are dashed and labelled ``g1``, ``g2``...; ``p0`` is the sequence's
-    first position (first-token paths).
+    first position (the paths of a sink rule, such as first-token).
     """
     import matplotlib
 
@@ -420,7 +397,7 @@ def discover_run(
 
 def _discover_run_locked(run_dir, out, checkpoint, cfg: DiscoverConfig) -> dict[int, Discovery]:
     from stackedheads.storage import atomic_write_json, check_seeds
-    from stackedheads.train import checkpoint_for, load_model, validation_batch
+    from stackedheads.training import checkpoint_for, load_model, validation_batch
 
     path = checkpoint_for(run_dir, checkpoint)
     model, tcfg, step = load_model(path)

@@ -103,7 +103,7 @@ def plot_maps(patterns: dict[int, torch.Tensor], meta: Meta, out: str | Path, n_
 def attention_maps(run_dir: str | Path, out: str | Path, checkpoint: int | None = None, seqs: int = 4, seed: int | None = None, n_mean: int = 256) -> list[str]:
     """Appendix C for one member of a run (default: its first seed)."""
     from stackedheads.errors import UsageError
-    from stackedheads.train import checkpoint_for, load_model, validation_batch
+    from stackedheads.training import checkpoint_for, load_model, validation_batch
 
     model, cfg, _ = load_model(checkpoint_for(run_dir, checkpoint))
     seed = cfg.seeds[0] if seed is None else seed

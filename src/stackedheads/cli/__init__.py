@@ -12,10 +12,17 @@ import sys
 import typer
 from typer.exceptions import TyperException
 
-from stackedheads.cli import llm, mechanisms, run, tasks, training  # noqa: F401  (they add the verbs)
-from stackedheads.cli._app import app
-from stackedheads.errors import UsageError
 from stackedheads.perf import set_openmp_policy
+
+# libgomp reads its environment once, when torch loads it, and the verbs' modules import torch:
+# the spin policy (stackedheads.perf says why) goes in first.
+set_openmp_policy()
+
+# isort: off
+from stackedheads.cli import llm, mechanisms, run, tasks, training  # noqa: E402, F401  (they add the verbs)
+from stackedheads.cli._app import app  # noqa: E402
+from stackedheads.errors import UsageError  # noqa: E402
+# isort: on
 
 __all__ = ["app", "main"]
 
@@ -46,8 +53,6 @@ def main(argv: list[str] | None = None) -> None:
     def fail(msg: str, code: int) -> None:
         print(f"stackedheads: error: {redact(' '.join(msg.split()))}", file=sys.stderr)
         sys.exit(code)
-
-    set_openmp_policy()  # before any command imports torch (stackedheads.perf says why)
 
     try:
         rv = app(args=argv, standalone_mode=False)

@@ -79,3 +79,81 @@ def parse_names(text: str) -> tuple[str, ...]:
     return () if text.strip() in ("", "none") else tuple(x.strip() for x in text.split(",") if x.strip())
 
 
+# --- options generated from the training config -----------------------------------------------
+# ``train`` takes one option per field of TrainConfig and its parts (task, model, optim), with
+# the help text of the field's ``Args:`` entry: a new field is a new option, never a new edit here.
+
+# Fields a run does not take from the command line: the task's seed (each member has its own)
+# and the model's input/output sizes (they follow the task).
+NOT_OPTIONS = {"seed", "d_in", "d_out", "n_queries"}
+# Shorter names kept from before the options were generated.
+OPTION_NAMES = {"n_layers": "layers", "n_heads": "heads"}
+
+
+def _args_help(cls) -> dict[str, str]:
+    """The ``Args:`` entries of a dataclass's docstring, by field name (one line each)."""
+    import inspect
+    import re
+
+    doc = inspect.getdoc(cls) or ""
+    out: dict[str, str] = {}
+    section = doc.split("Args:", 1)[1] if "Args:" in doc else ""
+    name = None
+    for line in section.splitlines():
+        m = re.match(r"^\s{4}(\w+):\s*(.*)$", line)
+        if m:
+            name, out[m.group(1)] = m.group(1), m.group(2)
+        elif name and line.startswith("        ") and line.strip():
+            out[name] += " " + line.strip()
+        elif not line.strip():
+            name = None
+        else:
+            break
+    return out
+
+
+def config_fields() -> list[tuple[str, type, str]]:
+    """``(field name, Python type, help)`` of every option ``train`` generates, in --help order."""
+    import dataclasses
+    import typing
+
+    from stackedheads.model import ModelConfig
+    from stackedheads.tasks.vectors import VectorTaskConfig
+    from stackedheads.training.config import OptimConfig, TrainConfig
+
+    out = []
+    for cls in (VectorTaskConfig, ModelConfig, OptimConfig, TrainConfig):
+        hints, helps = typing.get_type_hints(cls), _args_help(cls)
+        for f in dataclasses.fields(cls):
+            if f.name in NOT_OPTIONS or f.name in ("task", "model", "optim"):
+                continue
+            out.append((f.name, hints[f.name], helps.get(f.name, f.name.replace("_", " "))))
+    return out
+
+
+def config_parameters() -> list:
+    """The generated options as ``inspect.Parameter``s (typer reads a command's signature)."""
+    import inspect
+    import typing
+
+    params = []
+    for name, tp, help_text in config_fields():
+        flag = "--" + OPTION_NAMES.get(name, name).replace("_", "-")
+        base = typing.get_args(tp)[0] if typing.get_origin(tp) in (typing.Union, __import__("types").UnionType) else tp
+        if base is bool:
+            option = typer.Option(None, f"{flag}/--no-{flag[2:]}", help=help_text)
+            annotation = typing.Optional[bool]
+        elif typing.get_origin(base) is tuple:  # seeds, betas, decay_exempt: a comma list
+            option = typer.Option(None, flag, help=help_text + " (a comma list)")
+            annotation = typing.Optional[str]
+        else:
+            option = typer.Option(None, flag, help=help_text)
+            annotation = typing.Optional[base]
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation))
+    return params
+
+
+def config_overrides(values: dict) -> dict:
+    """The generated options' values as :meth:`TrainConfig.override` takes them (lists parsed)."""
+    parsers = {"seeds": parse_seeds, "betas": lambda t: parse_floats(t, "--betas"), "decay_exempt": parse_names}
+    return {k: parsers[k](v) if k in parsers and v is not None else v for k, v in values.items()}

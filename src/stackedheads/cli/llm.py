@@ -16,7 +16,8 @@ from stackedheads.cli._app import (
     console,
     progress_bar,
 )
-from stackedheads.errors import UsageError, public_url
+from stackedheads.errors import UsageError
+from stackedheads.llm.backends import BACKENDS
 
 
 def _results_table(results: dict, model: str = "") -> Table:
@@ -35,7 +36,7 @@ def _results_table(results: dict, model: str = "") -> Table:
 
 @app.command("llm-bench")
 def llm_bench_cmd(
-    backend: str = typer.Option(..., "--backend", "-b", help="openai (any OpenAI-compatible server), llamacpp (in-process GGUF) or hf (local transformers model)."),
+    backend: str = typer.Option(..., "--backend", "-b", help=", ".join(f"{name} ({spec.summary})" for name, spec in BACKENDS.items()) + "."),
     model: list[str] = typer.Option(..., "--model", "-m", help="openai: the server's model name; llamacpp: a name of `stackedheads models` (smollm2, gemma3-270m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b) or PATH.gguf; hf: a folder or a cached name. Repeat for several models: one sub-folder each, and one Figure 2 comparing them."),
     out: Path = typer.Option(..., "--out", "-o", help="Run folder (several models: one sub-folder per model, the comparison at the top); re-running skips questions already answered."),
     formulation: str = typer.Option("all", "--formulation", "-f", help="all, one formulation, or a comma list."),
@@ -49,15 +50,16 @@ def llm_bench_cmd(
     max_tokens: int = typer.Option(16, "--max-tokens", help="Tokens per draw."),
     mode: Optional[str] = typer.Option(None, "--mode", help="chat or completion (default: chat; completion for gemma3-270m)."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="openai: server URL, e.g. http://127.0.0.1:8000/v1."),
-    api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="openai: environment variable that holds the API key (never written anywhere)."),
-    concurrency: int = typer.Option(1, "--concurrency", help="openai: questions in flight at once."),
-    timeout: float = typer.Option(60.0, "--timeout", help="openai: seconds per request."),
-    max_retries: int = typer.Option(5, "--max-retries", help="openai: retries on 429, 5xx, timeouts, connection errors (exponential backoff, jitter, Retry-After)."),
+    # Backend options: None is "not given" (the backend's default); a backend refuses those it does not take.
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="openai: environment variable that holds the API key (never written anywhere) (default: OPENAI_API_KEY)."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="openai: questions in flight at once (default: 1)."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="openai: seconds per request (default: 60)."),
+    max_retries: Optional[int] = typer.Option(None, "--max-retries", help="openai: retries on 429, 5xx, timeouts, connection errors (exponential backoff, jitter, Retry-After) (default: 5)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="llamacpp/hf: CPU threads."),
-    n_ctx: int = typer.Option(4096, "--n-ctx", help="llamacpp: context length in tokens."),
+    n_ctx: Optional[int] = typer.Option(None, "--n-ctx", help="llamacpp: context length in tokens (default: 4096)."),
 ) -> None:
     """Benchmark a language model on the five formulations (Section 4, Figure 2)."""
-    from stackedheads.llm.backends import BackendError, make_backend
+    from stackedheads.llm.backends import BackendError, backend_options, make_backend
     from stackedheads.llm.bench import (
         BenchConfig,
         parse_depths,
@@ -72,6 +74,11 @@ def llm_bench_cmd(
         max_tokens=max_tokens,
     )
     plan(cfg)  # argument mistakes surface before a model is loaded
+    options = {
+        "mode": mode, "base_url": base_url, "api_key_env": api_key_env, "concurrency": concurrency,
+        "timeout": timeout, "max_retries": max_retries, "n_threads": threads, "n_ctx": n_ctx,
+    }
+    recorded = backend_options(backend, options).public()  # the options in force, without credentials
     from stackedheads.llm.compare import compare, model_dir_name
 
     models = list(dict.fromkeys(model))
@@ -80,15 +87,8 @@ def llm_bench_cmd(
         raise UsageError(f"--model values {', '.join(models)} share a folder name; give distinct models")
     
     for m in models:
-        info = {
-            "backend": backend, "model": m, "mode": mode, "base_url": public_url(base_url),
-            "api_key_env": api_key_env, "concurrency": concurrency, "timeout": timeout,
-            "max_retries": max_retries, "threads": threads, "n_ctx": n_ctx,
-        }
-        engine = make_backend(
-            backend, m, mode=mode, base_url=base_url, api_key_env=api_key_env, timeout=timeout,
-            max_retries=max_retries, concurrency=concurrency, n_threads=threads, n_ctx=n_ctx,
-        )
+        info = {"backend": backend, "model": m, **recorded}
+        engine = make_backend(backend, m, **options)
         bar, factory = progress_bar(f"llm-bench {m}")
         update = factory(f"llm-bench {m}")
         try:

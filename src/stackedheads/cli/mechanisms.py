@@ -72,9 +72,9 @@ def circuit_discover_cmd(
     found = discover_run(run_dir, out, checkpoint=checkpoint, cfg=DiscoverConfig(tolerance=tolerance, threshold=threshold))
     for seed, d in found.items():
         s = d.summary()
-        from stackedheads.claims import _budget_text
+        from stackedheads.claims._circuits import budget_text
 
-        Console().print(_loss_table(d.table, f"seed {seed}: {_budget_text(s)}"))
+        Console().print(_loss_table(d.table, f"seed {seed}: {budget_text(s)}"))
         console.print(
             f"seed {seed}: useful heads {[tuple(h) for h in s['useful_heads']]} ({s['n_useful_heads']}; "
             f"theoretical minimum {s['theory_min_heads']}), unexplained {s['unexplained_heads']}"

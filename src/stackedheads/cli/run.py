@@ -19,6 +19,7 @@ from stackedheads.cli._app import (
     progress_bar,
 )
 from stackedheads.errors import UsageError
+from stackedheads.llm.backends import BACKENDS
 
 
 @app.command("reproduce")
@@ -29,7 +30,7 @@ def reproduce_cmd(
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address, or 'auto'; default: a local cluster."),
     device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda, for every training stage."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="float32, bfloat16 (autocast) or tf32 (CUDA matmuls), for every training stage."),
-    llm_backend: Optional[str] = typer.Option(None, "--llm-backend", help="llm stage: openai, llamacpp or hf (default: the preset's; paper: required)."),
+    llm_backend: Optional[str] = typer.Option(None, "--llm-backend", help=f"llm stage: {', '.join(BACKENDS)} (default: the preset's; paper: required)."),
     llm_model: Optional[str] = typer.Option(None, "--llm-model", help="llm stage: the model (see `llm-bench --help`)."),
     llm_mode: Optional[str] = typer.Option(None, "--llm-mode", help="llm stage: chat or completion."),
     llm_base_url: Optional[str] = typer.Option(None, "--llm-base-url", help="llm stage, openai: server URL."),
@@ -41,12 +42,14 @@ def reproduce_cmd(
     threads: Optional[int] = typer.Option(None, "--threads", help=THREADS_HELP),
 ) -> None:
     """Run every stage of the paper into one folder (resumable), then write the HTML report."""
+    from stackedheads import presets
     from stackedheads.claims import claims_table, collect
     from stackedheads.executors import make_executor
     from stackedheads.report import write_report
     from stackedheads.reproduce import LLMChoice, reproduce
     from stackedheads.storage import FolderLock
 
+    chosen = presets.reproduce(preset)
     if (llm_backend is None) != (llm_model is None):
         raise UsageError("give --llm-backend and --llm-model together")
     choice = None
@@ -65,7 +68,7 @@ def reproduce_cmd(
 
     with bar:
         summary = reproduce(
-            preset, out, progress=progress, executor=runner, device=device, dtype=dtype, llm=choice, skip=tuple(skip),
+            chosen, out, progress=progress, executor=runner, device=device, dtype=dtype, llm=choice, skip=tuple(skip),
             workers=workers, threads=threads,
         )
     with FolderLock(out, "report"):

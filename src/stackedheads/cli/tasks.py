@@ -16,12 +16,17 @@ from stackedheads.cli._app import (
     console,
 )
 from stackedheads.errors import UsageError
+from stackedheads.tasks.formulations import FORMULATIONS
+
+# Formulation names for --help, from the registry (a new formulation module shows up here).
+_NAMES = ", ".join(FORMULATIONS)
+_FIXED = ", ".join(name for name, f in FORMULATIONS.items() if not f.variable_depth)
 
 
 @app.command("prompts")
 def prompts_cmd(
-    formulation: str = typer.Option(..., "--formulation", "-f", help="equations, lives-with, kingdoms, functions or relatives."),
-    depth: Optional[int] = typer.Option(None, "--depth", "-d", help="Retrieval steps D (default: the formulation's; fixed for functions and relatives)."),
+    formulation: str = typer.Option(..., "--formulation", "-f", help=f"One of: {_NAMES}."),
+    depth: Optional[int] = typer.Option(None, "--depth", "-d", help=f"Retrieval steps D (default: the formulation's; fixed for {_FIXED})."),
     chains: int = typer.Option(4, "--chains", "-c", help="Interleaved chains N."),
     n: int = typer.Option(1, "--n", help="Number of questions (at most 100000 per call; use several --seed for more)."),
     seed: int = typer.Option(0, "--seed", help="Seed; question i is a pure function of (arguments, seed, i)."),

@@ -14,67 +14,28 @@ from stackedheads.cli._app import (
     WORKERS_HELP,
     app,
     apply_threads,
+    config_overrides,
+    config_parameters,
     console,
-    parse_floats,
-    parse_names,
     parse_seeds,
     progress_bar,
 )
 
 
-@app.command("train")
 def train_cmd(
     out: Path = typer.Option(..., "--out", "-o", help="Run folder; running again resumes it."),
-    preset: str = typer.Option("quick", "--preset", "-p", help="paper, quick, quick-n4, smoke, sec8, sec8-quick, sec8-smoke, sec9, sec9-quick, sec9-smoke."),
-    layers: Optional[int] = typer.Option(None, "--layers", help="Transformer layers."),
-    heads: Optional[int] = typer.Option(None, "--heads", help="Attention heads per layer."),
-    d_model: Optional[int] = typer.Option(None, "--d-model", help="Residual stream width."),
-    d_head: Optional[int] = typer.Option(None, "--d-head", help="Head size (default d_model / heads)."),
-    no_mlp: bool = typer.Option(False, "--no-mlp", help="Remove the MLPs (Section 9.1)."),
-    depth: Optional[int] = typer.Option(None, "--depth", help="Retrieval steps D."),
-    chains: Optional[int] = typer.Option(None, "--chains", help="Chains N."),
-    dims: Optional[int] = typer.Option(None, "--dims", help="Symbol dimensions K (even)."),
-    ic: Optional[bool] = typer.Option(None, "--ic/--no-ic", help="Implicit curriculum targets x_1..x_D, or x_D only."),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Sequences per step and model."),
-    steps: Optional[int] = typer.Option(None, "--steps", help="Training steps."),
-    n_train: Optional[int] = typer.Option(None, "--n-train", help="Size of the finite training set."),
-    lr: Optional[float] = typer.Option(None, "--lr", help="AdamW learning rate."),
-    weight_decay: Optional[float] = typer.Option(None, "--weight-decay", help="Decoupled weight decay."),
-    warmup_steps: Optional[int] = typer.Option(None, "--warmup-steps", help="Linear lr warm-up steps (0 = none)."),
-    schedule: Optional[str] = typer.Option(None, "--schedule", help="After warm-up: constant, cosine or linear decay."),
-    min_lr_ratio: Optional[float] = typer.Option(None, "--min-lr-ratio", help="Decay floor, as a fraction of --lr."),
-    grad_clip: Optional[float] = typer.Option(None, "--grad-clip", help="Per-member gradient-norm clipping (0 = off)."),
-    betas: Optional[str] = typer.Option(None, "--betas", help="Adam betas, e.g. 0.9,0.95."),
-    decay_exempt: Optional[str] = typer.Option(None, "--decay-exempt", help="No weight decay on: comma list of norm, bias, embed; or none."),
-    pe: Optional[str] = typer.Option(None, "--pe", help="Positional code per token (Sec. 6) or per input pair (App. B Def. 3): token or pair."),
-    seeds: Optional[str] = typer.Option(None, "--seeds", help="Comma-separated seeds, trained together as an ensemble."),
-    eval_every: Optional[int] = typer.Option(None, "--eval-every", help="Validate every this many steps."),
-    ckpt_every: Optional[int] = typer.Option(None, "--ckpt-every", help="Checkpoint every this many steps."),
-    device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="float32, bfloat16 (autocast) or tf32 (CUDA matmuls)."),
+    preset: str = typer.Option("quick", "--preset", "-p", help="A training preset: paper, quick, quick-n4, smoke, sec8, sec8-quick, sec8-smoke, sec9, sec9-quick, sec9-smoke."),
     threads: Optional[int] = typer.Option(None, "--threads", help=THREADS_HELP),
-    compile_: bool = typer.Option(False, "--compile", help="torch.compile the model (GPU: fewer, fused kernels)."),
+    **fields,
 ) -> None:
-    """Train an ensemble of GPT-2-style transformers on the vector task (Section 7.1)."""
-    from dataclasses import replace
+    """Train an ensemble of GPT-2-style transformers on the vector task (Section 7.1).
 
+    Every field of the training configuration is an option and overrides the preset.
+    """
     from stackedheads import presets
-    from stackedheads.train import train
+    from stackedheads.training import train
 
-    base = presets.get(preset)
-    task_over = {"depth": depth, "chains": chains, "dims": dims, "ic": ic, "n_train": n_train, "pe": pe}
-    task = replace(base.task, **{k: v for k, v in task_over.items() if v is not None})
-    over = {
-        "n_layers": layers, "n_heads": heads, "d_model": d_model, "d_head": d_head,
-        "batch_size": batch_size, "steps": steps, "lr": lr, "weight_decay": weight_decay,
-        "warmup_steps": warmup_steps, "schedule": schedule, "min_lr_ratio": min_lr_ratio,
-        "grad_clip": grad_clip, "betas": parse_floats(betas, "--betas") if betas is not None else None,
-        "decay_exempt": parse_names(decay_exempt) if decay_exempt is not None else None,
-        "eval_every": eval_every, "ckpt_every": ckpt_every, "device": device, "dtype": dtype,
-        "seeds": parse_seeds(seeds) if seeds is not None else None, "mlp": False if no_mlp else None,
-        "compile": True if compile_ else None,
-    }
-    cfg = replace(base, task=task, **{k: v for k, v in over.items() if v is not None})
+    cfg = presets.get(preset).override(**config_overrides(fields))
     apply_threads(threads, cfg.device)
     bar, factory = progress_bar(f"train {out.name}")
     with bar:
@@ -89,6 +50,19 @@ def train_cmd(
         table.add_row(seed, f"{s['final_val_loss']:.4f}", *(f"{s['final_partial'][p]:.4f}" for p in parts))
     Console().print(table)
     console.print(f"run folder: {out}")
+
+
+def _with_config_options(fn):
+    """``fn``'s own options followed by one per training-config field (typer reads __signature__)."""
+    import inspect
+
+    sig = inspect.signature(fn)
+    own = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    fn.__signature__ = sig.replace(parameters=own + config_parameters())
+    return fn
+
+
+app.command("train")(_with_config_options(train_cmd))
 
 
 sweep_app = typer.Typer(help="Grids of training runs (Figure 4).", no_args_is_help=True)
@@ -108,10 +82,11 @@ def sweep_figure4_cmd(
     threads: Optional[int] = typer.Option(None, "--threads", help=THREADS_HELP),
 ) -> None:
     """IC vs non-IC over layers x seeds: summary.csv, Figure 4 and the claims of Section 7.2."""
-    from stackedheads import sweep
+    from stackedheads import presets, sweep
+    from stackedheads.claims import claims_table, sec7
     from stackedheads.executors import make_executor
 
-    spec = sweep.figure4_spec(preset, device=device, dtype=dtype)
+    spec = presets.figure4(preset, device=device, dtype=dtype)
     bar, factory = progress_bar("figure4")
     ray_options = {"cpus_per_job": ray_cpus_per_job} if executor == "ray" else {}
     # Local jobs report every step; Ray tasks run elsewhere, so count finished jobs instead.
@@ -119,10 +94,9 @@ def sweep_figure4_cmd(
     jobs_bar = factory("jobs") if executor != "local" else None
     runner = make_executor(executor, ray_address, progress_factory=per_step, workers=workers, threads=threads, **ray_options)
     with bar:
-        result = sweep.run_figure4(
-            spec, out, runner, on_done=(lambda job, i, n: jobs_bar(i, n)) if jobs_bar else None
-        )
-    Console().print(sweep.claims_table(result))
+        sweep.run_figure4(spec, out, runner, on_done=(lambda job, i, n: jobs_bar(i, n)) if jobs_bar else None)
+    result = sec7.write_claims(out)
+    Console().print(claims_table(sec7.figure4_claims(result), "Claims of Section 7.2 (Figure 4)"))
     console.print(f"summary: {out / 'summary.csv'}  claims: {out / 'claims.json'}  figure: {out / 'figure4.png'}")
 
 
@@ -142,10 +116,11 @@ def sweep_depth_cmd(
     threads: Optional[int] = typer.Option(None, "--threads", help=THREADS_HELP),
 ) -> None:
     """Beyond the paper: IC runs over D x layers, the depth phase diagram beside the exact theory, claims D1-D2."""
-    from stackedheads import depth
+    from stackedheads import depth, presets
+    from stackedheads.claims import beyond, claims_table
     from stackedheads.executors import make_executor
 
-    spec = depth.depth_spec(
+    spec = presets.depth(
         preset,
         depths=depth.parse_ints(depths, "--depths") if depths is not None else None,
         layers=depth.parse_ints(layers, "--layers") if layers is not None else None,
@@ -160,12 +135,30 @@ def sweep_depth_cmd(
     runner = make_executor(executor, ray_address, progress_factory=per_step, workers=workers, threads=threads, **ray_options)
     with bar:
         result = depth.run_depth(spec, out, runner, on_done=(lambda job, i, n: jobs_bar(i, n)) if jobs_bar else None)
-    layers_table, claims_table = depth.tables(result)
-    Console().print(layers_table)
-    Console().print(claims_table)
-    for c in result.claims:
+    found = beyond.write_claims(out, result.rows)
+    Console().print(_layers_table(result.table, beyond.d2_per_depth(result.rows)))
+    Console().print(claims_table(found, beyond.SECTION))
+    for c in found:
         if c.id == "D1" and c.verdict == "FAIL":  # the theory is a lower bound: a violation must not scroll by
             console.print(f"[bold red]D1 FAILED: a run learned below the exact causal minimum. {c.measured}[/]")
     console.print(f"summary: {out / 'summary.csv'}  claims: {out / 'claims.json'}  figure: {out / 'depth_phase.png'}")
 
 
+
+
+def _layers_table(table: list[dict], d2: list[dict]) -> Table:
+    """Trained vs theoretical layers per D, with D2's verdict per D."""
+    from stackedheads.depth import span
+
+    verdict = {p["depth"]: p["verdict"] for p in d2}
+    t = Table(title="Layers needed per D: trained (every seed) vs theory")
+    for col in ("D", "layers tried", "trained x_D", "trained x_1..x_D", "causal min", "no-mask min", "paper bound", "gap", "D2"):
+        t.add_column(col, justify="right" if col not in ("trained x_1..x_D", "D2") else "left")
+    for r in table:
+        per = " ".join("-" if v is None else str(v) for v in r["trained_min_per_position"].values())
+        t.add_row(
+            str(r["depth"]), span(r["layers_tried"]), "never" if r["trained_min"] is None else str(r["trained_min"]),
+            per, str(r["causal_min"]), str(r["no_mask_min"]), str(r["paper_bound"]),
+            "-" if r["gap"] is None else f"{r['gap']:+d}", verdict.get(r["depth"], ""),
+        )
+    return t

@@ -30,7 +30,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,8 @@ from stackedheads.llm.backends import Backend, Generation, Request, clean_text
 from stackedheads.plots import save_figure
 from stackedheads.storage import FolderLock, atomic_write_json, read_state_json
 from stackedheads.tasks import prompts
-from stackedheads.tasks.prompts import FORMULATIONS, Question
+from stackedheads.tasks.formulations import FORMULATIONS
+from stackedheads.tasks.prompts import Question
 
 __all__ = [
     "BenchConfig",
@@ -75,7 +76,7 @@ MAX_FEW_SHOT = 100
 class BenchConfig:
     """The benchmark protocol's arguments (Sec. 4: n = 500 per formulation)."""
 
-    formulations: tuple[str, ...] = FORMULATIONS
+    formulations: tuple[str, ...] = field(default_factory=FORMULATIONS.names)  # all registered
     depths: tuple[int, ...] | None = None  # None: each formulation's default (Sec. 4: D = 5)
     chains: int = 4
     n: int = 500
@@ -118,7 +119,7 @@ class BenchConfig:
 def parse_formulations(text: str) -> tuple[str, ...]:
     """``all``, one formulation, or a comma-separated list."""
     if text.strip() == "all":
-        return FORMULATIONS
+        return FORMULATIONS.names()
     names = tuple(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
     for f in names:
         if f not in FORMULATIONS:
@@ -155,11 +156,11 @@ def parse_depths(text: str | None) -> tuple[int, ...] | None:
 
 def cells(cfg: BenchConfig) -> list[tuple[str, int]]:
     """The (formulation, D) cells of a run. Explicit depths apply to the formulations with a
-    variable depth; functions and relatives keep their fixed depth (App. A.4, A.5) when
-    asked together with others."""
+    variable depth; those with a fixed depth (functions and relatives, App. A.4, A.5) keep it
+    when asked together with others."""
     out: list[tuple[str, int]] = []
     for f in cfg.formulations:
-        fixed = f in ("functions", "relatives")
+        fixed = not FORMULATIONS[f].variable_depth
         if cfg.depths is None or (fixed and len(cfg.formulations) > 1):
             depths: Iterable[int] = (prompts.default_depth(f),)
         else:

@@ -8,7 +8,7 @@ module only reads them. :func:`compare` writes, into one folder:
   unanswered, draws per question) and the equations accuracy per D;
 - ``figure2.png``/``.svg``: left, accuracy per formulation, one bar per model, dashed chance
   lines; right, equations accuracy vs D, one line per model, Wilson 95% bars (Fig. 2);
-- ``figure2_depth.png``/``.svg``: accuracy vs D for every formulation that has a depth
+- ``figure2_depth.png``/``.svg``: accuracy vs D for every formulation with a variable depth
   (equations, lives-with, kingdoms): where each model's ability ends.
 """
 
@@ -23,12 +23,16 @@ from stackedheads.errors import UsageError
 from stackedheads.llm.bench import CONFIG, SAMPLES, load_records, summarise
 from stackedheads.plots import save_figure
 from stackedheads.storage import atomic_write_json, atomic_write_text, read_state_json
-from stackedheads.tasks.prompts import FORMULATIONS
+from stackedheads.tasks.formulations import FORMULATIONS
 
-__all__ = ["DEPTH_FORMULATIONS", "compare", "load_run", "model_dir_name", "table_markdown"]
+__all__ = ["compare", "depth_formulations", "load_run", "model_dir_name", "table_markdown"]
 
 COMPARISON = "comparison.json"
-DEPTH_FORMULATIONS = ("equations", "lives-with", "kingdoms")  # the ones with a variable D
+
+
+def depth_formulations() -> tuple[str, ...]:
+    """The registered formulations with a variable depth D, in registry order."""
+    return tuple(name for name, f in FORMULATIONS.items() if f.variable_depth)
 
 
 def model_dir_name(model: str) -> str:
@@ -77,7 +81,7 @@ def table_markdown(runs: Sequence[dict[str, Any]]) -> str:
                     f"| {_label(r)} | {f} | {s['depth']} | {s['n']} | {s['accuracy']:.3f} | "
                     f"[{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}] | {s['chance']:.3f} | {s['unanswered']} | {s['mean_draws']:.2f} |"
                 )
-    for f in DEPTH_FORMULATIONS:
+    for f in depth_formulations():
         depths = sorted({int(d) for r in runs for d in r["per_depth"].get(f, {})})
         if len(depths) < 2:
             continue
@@ -159,12 +163,13 @@ def plot_comparison(runs: Sequence[dict[str, Any]], out: Path) -> list[str]:
 
 
 def plot_depth(runs: Sequence[dict[str, Any]], out: Path) -> list[str]:
-    """Accuracy vs D for equations, lives-with and kingdoms, one line per model."""
+    """Accuracy vs D for each formulation with a variable depth, one line per model."""
     from stackedheads.plots import pyplot
 
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(DEPTH_FORMULATIONS), figsize=(13, 4), sharey=True)
-    for ax, f in zip(axes, DEPTH_FORMULATIONS):
+    names = depth_formulations()
+    fig, axes = plt.subplots(1, len(names), figsize=(13, 4), sharey=True, squeeze=False)
+    for ax, f in zip(axes[0], names):
         shown = False
         for j, r in enumerate(runs):
             cells = r["per_depth"].get(f)
@@ -182,7 +187,7 @@ def plot_depth(runs: Sequence[dict[str, Any]], out: Path) -> list[str]:
         ax.set_ylim(0, 1.02)
         ax.set_xlabel(f"D ({f})")
         ax.set_title(f"{f}: accuracy vs D")
-    axes[0].set_ylabel("accuracy (Wilson 95%)")
+    axes[0][0].set_ylabel("accuracy (Wilson 95%)")
     fig.suptitle("Where each model's ability ends: accuracy vs depth")
     return save_figure(fig, out, "figure2_depth")
 

@@ -19,7 +19,6 @@ per-sample Python loop.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, fields
 
@@ -28,7 +27,6 @@ import torch
 from stackedheads.errors import UsageError
 
 FIRST, SECOND, QUERY = 0, 1, 2
-ROLE_NAMES = ("first", "second", "query")
 SPLITS = {"train": 0, "val": 1, "test": 2}
 PE_KINDS = ("token", "pair")
 
@@ -37,19 +35,30 @@ _MASK32 = 0xFFFFFFFF
 
 @dataclass(frozen=True)
 class VectorTaskConfig:
-    """The task of Sections 6-7. Paper values: N=4, K=4, n_train=2^20 (Sec. 7.1)."""
+    """The task of Sections 6-7. Paper values: N=4, K=4, n_train=2^20 (Sec. 7.1).
 
-    chains: int = 4  # N
-    depth: int = 3  # D
-    dims: int = 4  # K (even: the positional encoding is made of sin/cos pairs)
-    ic: bool = True  # implicit curriculum: predict x_1..x_D, not only x_D (Sec. 7)
+    Args:
+        chains: N, the interleaved chains (Sec. 6: 4).
+        depth: D, the retrieval steps per chain.
+        dims: K, the symbols' dimensions (even: the positional code is sin/cos pairs; Sec. 6: 4).
+        ic: the implicit curriculum: predict x_1..x_D, not only x_D (Sec. 7).
+        n_train: the finite training set's size (Sec. 7.1: 2^20).
+        n_val: held-out sequences every member is validated on.
+        seed: the task's seed (a training run gives each ensemble member its own).
+        pe_base: the positional code's base (RoFormer's 10000).
+        pe: "token", every position its own code (Sec. 6, "concatenate each token embedding
+            with a positional encoding"); or "pair", App. B Def. 2-3's reading, where both
+            tokens of an input pair share the code p_k (queries get codes of their own).
+    """
+
+    chains: int = 4
+    depth: int = 3
+    dims: int = 4
+    ic: bool = True
     n_train: int = 2**20
     n_val: int = 4096
     seed: int = 0
-    pe_base: float = 10000.0  # RoFormer's base
-    # "token": every position its own code (Sec. 6, "concatenate each token embedding with a
-    # positional encoding"); "pair": App. B Def. 2-3's reading, where both tokens of an input
-    # pair share the code p_k of the pair (queries get codes of their own after the pairs).
+    pe_base: float = 10000.0
     pe: str = "token"
 
     def __post_init__(self) -> None:
@@ -85,9 +94,6 @@ class VectorTaskConfig:
     def from_dict(cls, d: dict) -> VectorTaskConfig:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
 
 
 @dataclass
@@ -273,24 +279,6 @@ def make_batch(
     return Batch(inputs=inputs, targets=targets, symbols=symbols, meta=meta)
 
 
-class VectorDataset:
-    """A finite, indexable split of the task: ``len`` sequences, none stored."""
-
-    def __init__(self, cfg: VectorTaskConfig, split: str = "train") -> None:
-        if split not in SPLITS:
-            raise UsageError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
-        self.cfg, self.split = cfg, split
-
-    def __len__(self) -> int:
-        return self.cfg.n_train if self.split == "train" else self.cfg.n_val
-
-    def batch(self, index) -> Batch:
-        return make_batch(self.cfg, index, self.split)
-
-    def __getitem__(self, i: int) -> Batch:
-        return self.batch([i])
-
-
 def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     """The shuffled order of ``n`` training indices in ``epoch`` (seeded, reproducible)."""
     g = torch.Generator().manual_seed((seed * 1_000_003 + epoch) & 0x7FFFFFFFFFFFFFFF)
@@ -313,15 +301,3 @@ def batch_indices(n: int, batch_size: int, seed: int, step: int, _cache: dict | 
         if _cache is not None:
             _cache.update(epoch=(seed, epoch, n), perm=perm)
     return perm[i * batch_size : (i + 1) * batch_size]
-
-
-def token_labels(meta: Meta, b: int = 0) -> list[str]:
-    """Readable labels of sequence ``b``'s tokens: chain letter + step, "q" + chain for queries.
-
-    ``"B2"`` is chain B's symbol x_2; ``"qB"`` is chain B's query (Appendix C axes).
-    """
-    letters = [chr(ord("A") + c) if c < 26 else f"c{c}" for c in range(int(meta.chain.max()) + 1)]
-    out = []
-    for c, k, r in zip(meta.chain[b].tolist(), meta.step[b].tolist(), meta.role[b].tolist()):
-        out.append(f"q{letters[c]}" if r == QUERY else f"{letters[c]}{k}")
-    return out

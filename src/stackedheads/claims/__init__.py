@@ -1,0 +1,95 @@
+"""The paper's claims, section by section, judged from the files a run left on disk.
+
+Each :class:`Claim` pairs a sentence of the paper with what the run measured and a verdict:
+
+* ``PASS``: positive evidence for the paper's sentence;
+* ``FAIL``: evidence against it;
+* ``INCONCLUSIVE``: the run cannot decide; ``measured`` says what is missing (never a PASS);
+* ``NOT RUN``: the stage that would measure it has no results.
+
+One module per section of the paper: :mod:`.sec4` (language models, L1-L2), :mod:`.sec5`
+(theory, T1-T3), :mod:`.sec7` (Figure 4, C0-C3), :mod:`.sec8` (circuits, A1-A5), :mod:`.sec9`
+(emergence, E1-E4), and :mod:`.beyond` (the depth phase diagram, D1-D2). Every claim of a
+section lives in its module, beside the paper's sentence and its thresholds. The report,
+``stackedheads claims DIR`` and the command line all call :func:`collect`, so they agree.
+
+How to add a claim or a section
+-------------------------------
+A claim of an existing section: add it to that module's evaluate function (state the threshold
+and the paper's number in ``measured``; PASS only on positive evidence). A new section: one new
+module in this package that registers a :class:`Section`::
+
+    # src/stackedheads/claims/sec10.py
+    from pathlib import Path
+    from stackedheads.claims._core import PASS, SECTIONS, Claim, Section, read_json
+
+    def evaluate(run: Path) -> list[Claim]:
+        found = read_json(run / "mystage" / "results.json")
+        ...
+        return [Claim("10 Discussion", "X1", "the paper's sentence", "what we measured", PASS)]
+
+    SECTIONS.register("sec10", Section("10 Discussion", 10, "mystage", evaluate))
+
+The registry imports every module of this package on first use; code outside the package
+registers its sections the same way (``docs/extending.md``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stackedheads.claims._core import (
+    FAIL,
+    INCONCLUSIVE,
+    NOT_RUN,
+    PASS,
+    SECTIONS,
+    VERDICTS,
+    Claim,
+    Section,
+    claims_table,
+    combine,
+    from_files,
+    order_of,
+    read_json,
+    read_jsonl,
+)
+from stackedheads.errors import UsageError
+
+__all__ = [
+    "FAIL", "INCONCLUSIVE", "NOT_RUN", "PASS", "SECTIONS", "VERDICTS", "Claim", "Section",
+    "claims_table", "collect", "combine", "folder_claims", "from_files", "order_of", "read_json",
+    "read_jsonl", "sections",
+]
+
+
+def sections() -> list[Section]:
+    """The registered sections in the paper's order."""
+    return sorted((s for _, s in SECTIONS.items()), key=lambda s: s.order)
+
+
+def collect(run: str | Path) -> list[Claim]:
+    """Every claim re-evaluated from the files of the ``reproduce`` folder ``run``; a file of
+    the wrong shape is one line naming its stage."""
+    run = Path(run)
+    return [c for s in sections() for c in from_files(run / s.stage, lambda s=s: s.evaluate(run))]
+
+
+def folder_claims(folder: str | Path) -> list[Claim]:
+    """``stackedheads claims DIR``: the claims of a reproduce folder, a ``sweep figure4`` folder
+    or a ``sweep depth`` folder."""
+    from stackedheads import depth, sweep
+
+    folder = Path(folder)
+    if (folder / sweep.SPEC_FILE).exists():
+        from stackedheads.claims import sec7
+
+        return sec7.folder_claims(folder)
+    if (folder / depth.SPEC_FILE).exists():
+        from stackedheads.claims import beyond
+
+        return beyond.claims_from_folder(folder)
+    config = read_json(folder / "config.json") if (folder / "config.json").exists() else None
+    if isinstance(config, dict) and "preset" in config:
+        return collect(folder)
+    raise UsageError(f"{folder} is neither a reproduce folder nor a `sweep figure4` or `sweep depth` folder")

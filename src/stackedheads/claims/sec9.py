@@ -1,0 +1,111 @@
+"""Section 9, Figures 6-7 and Appendix D: the emergence of transformer D's heads (E1-E4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stackedheads.claims._circuits import gated, per_seed, stage_from_files, validation
+from stackedheads.claims._core import (
+    FAIL,
+    INCONCLUSIVE,
+    PASS,
+    SECTIONS,
+    Claim,
+    Section,
+    not_run,
+    read_json,
+)
+from stackedheads.layout import EMERGENCE_RUN
+
+SEC9 = "9 Emergence in transformer D"
+
+_SEC9_PAPER = {
+    "E1": "Ablating everything outside the circuit raises the MSE only slightly (0.031 to 0.045).",
+    "E2": "After 450 epochs of slow learning, the first head to emerge is an induction head that retrieves token B (x1) only.",
+    "E3": "Heads emerge one at a time in chain order, x1 then x2 and so on (the implicit curriculum).",
+    "E4": "The partial losses drop in chain order: x1 first, then x2, x3, x4 (Fig. 6 right).",
+}
+
+
+def emergence_claims(stage: dict | None, timeline_dir: Path | None) -> list[Claim]:
+    """Section 9 from ``{"train", "circuits"}`` of transformer D and its timelines."""
+    sec, ps = SEC9, _SEC9_PAPER
+    if not stage or not stage.get("circuits"):
+        return [not_run(sec, k, p, "emergence") for k, p in ps.items()]
+    train, found = stage["train"], stage["circuits"]
+    seeds = sorted(found, key=int)
+    timelines = {s: read_json(timeline_dir / f"seed{s}" / "timeline.json") if timeline_dir else None for s in seeds}
+
+    def e1(s):
+        verdict, text = validation(found[s])
+        return verdict, text + " (paper: 0.031 to 0.045)"
+
+    def timed(fn):
+        def run(s):
+            t = timelines[s]
+            return (INCONCLUSIVE, "no timeline") if not t else fn(t)
+
+        return run
+
+    def e2(t):
+        per = t["epochs"][-1] / t["steps"][-1] if t["steps"][-1] else 0.0
+        plateau = t["plateau_steps"]
+        text = "plateau before the first path: " + (
+            "no path emerged" if plateau is None else f"{plateau:.0f} steps = {plateau * per:.0f} epochs (paper: 450 epochs)"
+        )
+        first = t["first_paths"]
+        if not first:
+            return INCONCLUSIVE, text + "; no path crossed 0.5"
+        # A path is new for x_j when it serves x_j but not x_(j-1) (as E3 times positions); the
+        # induction head serves every later position too (they reuse it), but is new for x1 only.
+        new = {k: [j for j in t["serves"].get(k, []) if j - 1 not in t["serves"].get(k, [])] for k in first}
+        text += "; first: " + ", ".join(
+            f"{k} (serves {', '.join('x%d' % j for j in t['serves'].get(k, [])) or 'nothing measurable'}; "
+            f"new for {', '.join('x%d' % j for j in v) or 'none'})" for k, v in new.items()
+        ) + "; PASS needs it new for x1 and only x1, and every later x_j served by paths of its own"
+        # A first path that is the only path serving x2.. may retrieve them too (one path serving
+        # x1..x3): whether it retrieves x1 "only" cannot be told.
+        alone = [x for j, (x, p) in enumerate(t["positions"].items(), start=1) if j > 1 and not p["new_paths"]]
+        if all(v == [1] for v in new.values()) and alone:
+            return INCONCLUSIVE, text + f" ({', '.join(alone)} served by no path of its own: the first path may retrieve them too)"
+        if all(v == [1] for v in new.values()):
+            return PASS, text
+        if any(v == [1] for v in new.values()) or any(not v for v in new.values()):
+            return INCONCLUSIVE, text + " (a tie at one checkpoint, or a path whose role is unmeasured)"
+        return FAIL, text
+
+    def e3(t):
+        shown = ", ".join(
+            f"{x} " + (f"step {p['step']:.0f} (epoch {p['epoch']:.0f}) by {', '.join(p['new_paths'])}" if p["step"] is not None
+                       else p["status"] + (f" ({', '.join(p['new_paths'])})" if p["new_paths"] else ""))
+            for x, p in t["positions"].items()
+        )
+        order = t["order"]
+        verdict = {"in order": PASS, "out of order": FAIL}.get(order, INCONCLUSIVE)
+        if verdict == PASS and any(p["step"] is None for p in t["positions"].values()):
+            verdict, order = INCONCLUSIVE, "in order so far, but not every position emerged"
+        return verdict, f"{order}: {shown} (strictly increasing checkpoints needed; a tie at one checkpoint is not an order)"
+
+    def e4(t):
+        drops = t["loss_drops"]
+        shown = ", ".join(f"{k} {'never' if v is None else v}" for k, v in drops.items())
+        order = t["loss_drop_order"]
+        verdict = {"in order": PASS, "out of order": FAIL}.get(order, INCONCLUSIVE)
+        if verdict == PASS and None in drops.values():
+            verdict, order = INCONCLUSIVE, "in order so far, but not every position dropped"
+        return verdict, f"{order}: first evaluated step below the C2 threshold: {shown}"
+
+    return [
+        Claim(sec, "E1", ps["E1"], *reversed(per_seed(seeds, gated(train, e1)))),
+        Claim(sec, "E2", ps["E2"], *reversed(per_seed(seeds, gated(train, timed(e2))))),
+        Claim(sec, "E3", ps["E3"], *reversed(per_seed(seeds, gated(train, timed(e3))))),
+        Claim(sec, "E4", ps["E4"], *reversed(per_seed(seeds, timed(e4)))),
+    ]
+
+
+
+
+SECTIONS.register("sec9", Section(
+    SEC9, 9, "emergence",
+    lambda run: emergence_claims(stage_from_files(Path(run) / "emergence", EMERGENCE_RUN), Path(run) / "emergence" / "timeline"),
+))

@@ -1,0 +1,121 @@
+"""``llamacpp``: a GGUF model in-process through llama-cpp-python."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stackedheads.errors import UsageError
+from stackedheads.llm.backends._base import (
+    BACKENDS,
+    MODES,
+    BackendOptions,
+    BackendSpec,
+    Generation,
+    Request,
+    short,
+)
+
+
+@dataclass(frozen=True)
+class LlamaCppOptions(BackendOptions):
+    n_threads: int | None = field(default=None, metadata={"flag": "threads"})  # None: llama.cpp's
+    n_ctx: int = 4096  # context length in tokens
+
+
+class LlamaCppBackend:
+    """A GGUF model in-process through llama-cpp-python.
+
+    Prompts that share a prefix (the few-shot examples) reuse llama.cpp's KV cache, so only
+    the question is evaluated anew. One forward pass at a time: ``max_concurrency = 1``.
+    """
+
+    name = "llamacpp"
+    max_concurrency = 1
+
+    def __init__(
+        self,
+        model_path: Path,
+        model_name: str,
+        mode: str = "chat",
+        n_threads: int | None = None,
+        n_ctx: int = 4096,
+    ) -> None:
+        try:
+            from llama_cpp import Llama
+        except ImportError:
+            raise UsageError(
+                "backend llamacpp needs llama-cpp-python: pip install 'stackedheads[llm]'"
+            ) from None
+        if mode not in MODES:
+            raise UsageError(f"unknown mode {mode!r}; choose chat or completion")
+        if n_threads is not None and n_threads < 1:
+            raise UsageError(f"--threads must be >= 1, got {n_threads}")
+        self.model, self.mode = model_name, mode
+        try:
+            self._llm = Llama(
+                model_path=str(model_path), n_ctx=n_ctx, n_threads=n_threads,
+                n_threads_batch=n_threads, verbose=False,
+            )
+        except (ValueError, RuntimeError, OSError) as e:  # llama.cpp's answer to a damaged file
+            raise UsageError(f"cannot load {model_path}: not a usable GGUF model ({short(str(e))})") from None
+
+    def complete_sync(self, request: Request) -> Generation:
+        start = time.perf_counter()
+        common = dict(
+            temperature=request.temperature, max_tokens=request.max_tokens,
+            seed=request.seed, stop=list(request.stop),
+        )
+        if self.mode == "chat":
+            out = self._llm.create_chat_completion(messages=request.chat_messages(), **common)
+            choice = out["choices"][0]
+            text = choice["message"]["content"]
+        else:
+            out = self._llm.create_completion(prompt=request.prompt or "", **common)
+            choice = out["choices"][0]
+            text = choice["text"]
+        return Generation(text or "", time.perf_counter() - start, choice.get("finish_reason"))
+
+    async def complete(self, request: Request) -> Generation:
+        return self.complete_sync(request)
+
+    async def aclose(self) -> None:
+        close = getattr(self._llm, "close", None)
+        if close is not None:
+            close()
+
+
+def _build(model: str, o: LlamaCppOptions) -> LlamaCppBackend:
+    """``model``: a name of ``stackedheads models`` or a PATH.gguf."""
+    from stackedheads.llm.models import resolve
+
+    resolved = resolve(model)
+    return LlamaCppBackend(resolved.path, resolved.name, o.mode or resolved.default_mode, o.n_threads, o.n_ctx)
+
+
+def _check(model: str, o: LlamaCppOptions, flag: Callable[[str], str]) -> None:
+    from stackedheads.llm.models import REGISTRY
+
+    if model not in REGISTRY and not (model.lower().endswith(".gguf") and Path(model).expanduser().is_file()):
+        raise UsageError(
+            f"unknown model {model!r} for {flag('backend')} llamacpp: give one of {', '.join(REGISTRY)} "
+            "or a path to a .gguf file"
+        )
+
+
+def _prepare(model: str, progress: Callable[[str, int, int], None] | None) -> None:
+    """Fetch a named model once into the user cache (a no-op later; a path is used as it is)."""
+    from stackedheads.llm.fetch import REGISTRY, fetch, is_fetched
+    from stackedheads.llm.models import find_smollm2
+
+    if model in REGISTRY and not is_fetched(REGISTRY[model]) and not (model == "smollm2" and find_smollm2() is not None):
+        label = f"fetch {model} (MB)"
+        fetch(model, progress=(lambda d, t, _w: progress(label, d >> 20, t >> 20)) if progress else None)
+
+
+BACKENDS.register(
+    "llamacpp",
+    BackendSpec("in-process GGUF", LlamaCppOptions, _build, needs="llama_cpp", check=_check, prepare=_prepare),
+)

@@ -1,0 +1,199 @@
+"""``openai``: any OpenAI-compatible server (vLLM, the llama.cpp server, Ollama, OpenAI).
+
+The module is not named ``openai`` so that it can never stand in for the client package.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from stackedheads.errors import UsageError, public_url, register_secret
+from stackedheads.llm.backends._base import (
+    BACKENDS,
+    MODES,
+    BackendError,
+    BackendOptions,
+    BackendSpec,
+    Generation,
+    Request,
+    _retry_after,
+    call_with_retries,
+    clean_text,
+    short,
+)
+
+
+class _Malformed(Exception):
+    """A 200 reply that is not a completion (invalid JSON, HTML, no choices)."""
+
+
+@dataclass(frozen=True)
+class OpenAIOptions(BackendOptions):
+    base_url: str | None = None  # None: OpenAI itself
+    api_key_env: str = "OPENAI_API_KEY"  # the variable that holds the key; the key is no option
+    concurrency: int = 1  # questions in flight at once
+    timeout: float = 60.0  # seconds per request
+    max_retries: int = 5
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise UsageError(f"--concurrency must be >= 1, got {self.concurrency}")
+
+    def public(self) -> dict[str, Any]:
+        return {**asdict(self), "base_url": public_url(self.base_url)}
+
+
+class OpenAIBackend:
+    """An OpenAI-compatible server through ``openai.AsyncOpenAI``.
+
+    The client's own retries are turned off (``max_retries=0``) and done here instead, so
+    that every draw records how many retries it needed and long Retry-After values are
+    honoured (the client ignores those above 60 s).
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        mode: str = "chat",
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout: float = 60.0,
+        max_retries: int = 5,
+        concurrency: int = 1,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 30.0,
+        jitter_seed: int | None = None,
+    ) -> None:
+        try:
+            import openai
+        except ImportError:
+            raise UsageError("backend openai needs the openai client: pip install 'stackedheads[llm]'") from None
+        if mode not in MODES:
+            raise UsageError(f"unknown mode {mode!r}; choose chat or completion")
+        if not 0 < timeout < float("inf"):  # also refuses nan
+            raise UsageError(f"--timeout must be > 0 seconds, got {timeout}")
+        if max_retries < 0:
+            raise UsageError(f"--max-retries must be >= 0, got {max_retries}")
+        key = os.environ.get(api_key_env)
+        register_secret(key)
+        self._where = public_url(base_url) or "OpenAI"  # also registers a password in the URL
+        if not key:
+            if base_url is None:
+                raise UsageError(
+                    f"no API key: set ${api_key_env} (or name another variable with "
+                    "--api-key-env), or give --base-url for a local server"
+                )
+            key = "sk-no-key"  # local servers ignore it; the client insists on one
+        self.model = model
+        self.mode = mode
+        self.base_url = self._where if base_url else None  # never the URL's credentials
+        self.max_concurrency = max(1, concurrency)
+        self._max_retries = max_retries
+        self._base, self._cap = backoff_base, backoff_cap
+        self._rng = random.Random(jitter_seed)
+        self._openai = openai
+        self._client = openai.AsyncOpenAI(
+            api_key=key, base_url=base_url, timeout=timeout, max_retries=0
+        )
+
+    def _retryable(self, exc: Exception) -> tuple[bool, float | None]:
+        o = self._openai
+        if isinstance(exc, (o.APITimeoutError, o.APIConnectionError)):
+            return True, None
+        if isinstance(exc, o.APIStatusError):
+            status = exc.status_code
+            if status == 429 or status >= 500 or status == 408:
+                return True, _retry_after(exc.response.headers)
+            return False, None
+        # A garbled reply (a proxy's HTML page, cut-off JSON) is often transient: retry it.
+        if isinstance(exc, (_Malformed, o.APIError, ValueError, TypeError, AttributeError, KeyError, IndexError)):
+            return True, None
+        return False, None
+
+    def _describe(self, exc: Exception) -> str:
+        if isinstance(exc, self._openai.APIStatusError):
+            return f"HTTP {exc.status_code}: {short(exc.message)}"
+        if isinstance(exc, (self._openai.APITimeoutError, self._openai.APIConnectionError)):
+            return f"{type(exc).__name__}: {short(str(exc))}"
+        return f"malformed reply ({short(str(exc)) or type(exc).__name__})"
+
+    def _extract(self, response: Any) -> tuple[str, str | None]:
+        """(text, finish_reason) of a reply, or _Malformed."""
+        choices = getattr(response, "choices", None)
+        if not isinstance(choices, list) or not choices:
+            kind = "no choices" if isinstance(choices, list) else f"a JSON {type(response).__name__}, not a completion"
+            raise _Malformed(kind)
+        choice = choices[0]
+        try:
+            text = choice.message.content if self.mode == "chat" else choice.text
+            finish = choice.finish_reason
+        except AttributeError:
+            raise _Malformed("a choice without text") from None
+        if text is not None and not isinstance(text, str):
+            raise _Malformed(f"text of type {type(text).__name__}")
+        return text or "", finish if isinstance(finish, str) else None
+
+    async def _call(self, request: Request):
+        extra = {"stop": list(request.stop)} if request.stop else {}  # omit rather than null
+        if self.mode == "chat":
+            return await self._client.chat.completions.create(
+                model=self.model,
+                messages=request.chat_messages(),
+                temperature=request.temperature,
+                max_tokens=request.max_tokens,
+                seed=request.seed,
+                **extra,
+            )
+        return await self._client.completions.create(
+            model=self.model,
+            prompt=request.prompt or "",
+            temperature=request.temperature,
+            max_tokens=request.max_tokens,
+            seed=request.seed,
+            **extra,
+        )
+
+    async def complete(self, request: Request) -> Generation:
+        start = time.perf_counter()
+
+        async def once() -> tuple[str, str | None]:
+            return self._extract(await self._call(request))
+
+        try:
+            (text, finish), retries = await call_with_retries(
+                once, self._retryable, self._describe, self._where, self._max_retries,
+                self._base, self._cap, self._rng,
+            )
+        except self._openai.APIStatusError as exc:  # a status no retry fixes (401, 404, ...)
+            raise BackendError(f"{self._where} answered {self._describe(exc)}") from None
+        return Generation(
+            text=clean_text(text),
+            latency_s=time.perf_counter() - start,
+            finish_reason=finish,
+            retries=retries,
+        )
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+
+def _build(model: str, o: OpenAIOptions) -> OpenAIBackend:
+    return OpenAIBackend(model, o.base_url, o.mode or "chat", o.api_key_env, o.timeout, o.max_retries, o.concurrency)
+
+
+def _check(model: str, o: OpenAIOptions, flag: Callable[[str], str]) -> None:
+    if o.base_url is None and not os.environ.get(o.api_key_env):
+        raise UsageError(f"no API key: set ${o.api_key_env}, or give {flag('base_url')} for a local server")
+
+
+BACKENDS.register(
+    "openai",
+    BackendSpec("any OpenAI-compatible server", OpenAIOptions, _build, needs="openai", check=_check),
+)

@@ -1,0 +1,214 @@
+"""Checkpoints: ``checkpoints/step_XXXXXX.safetensors`` holds the model, the AdamW state and a
+header (step, config, SHA-256 of the tensors and of the header), checked on load; a damaged
+newest checkpoint falls back to the one before. Written on a background thread."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from stackedheads.errors import UsageError
+from stackedheads.model import EnsembleTransformer
+from stackedheads.training.config import TrainConfig
+
+
+def checkpoint_path(run_dir: Path, step: int) -> Path:
+    return run_dir / "checkpoints" / f"step_{step:06d}.safetensors"
+
+
+def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """``(step, path)`` of every checkpoint, oldest first."""
+    out = []
+    for p in (Path(run_dir) / "checkpoints").glob("step_*.safetensors"):
+        stem = p.stem.split("_")[-1]
+        if stem.isdigit():
+            out.append((int(stem), p))
+    return sorted(out)
+
+
+def checkpoint_for(run_dir: str | Path, step: int | None = None) -> Path:
+    """The checkpoint of ``step`` (default: the last) of a run folder."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.json").exists():
+        raise UsageError(f"{run_dir} is not a run folder (no config.json)")
+    ckpts = dict(list_checkpoints(run_dir))
+    if not ckpts:
+        raise UsageError(f"{run_dir} has no checkpoint yet")
+    if step is None:
+        return ckpts[max(ckpts)]
+    if step not in ckpts:
+        raise UsageError(f"{run_dir} has no checkpoint at step {step}; it has {sorted(ckpts)}")
+    return ckpts[step]
+
+
+def _digest(tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 over names and raw bytes, in name order: a flipped bit anywhere changes it."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].contiguous()
+        h.update(name.encode())
+        h.update(str(t.dtype).encode())
+        h.update(str(tuple(t.shape)).encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _state_tensors(model: EnsembleTransformer, opt: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    """Model and AdamW state as host tensors of their own (copies: training may go on)."""
+    copy = lambda v: torch.as_tensor(v).detach().to("cpu", copy=True).contiguous()  # noqa: E731
+    tensors = {f"model.{k}": copy(v) for k, v in model.state_dict().items()}
+    inv = {id(p): n for n, p in model.named_parameters()}
+    for group in opt.param_groups:
+        for p in group["params"]:
+            for k, v in opt.state[p].items():
+                tensors[f"optim.{inv[id(p)]}.{k}"] = copy(v)
+    # No global RNG state: training draws nothing from it (data, order and initialisation have
+    # their own seeded generators), and torch seeds it afresh in every process, so storing it
+    # would make two identical runs' checkpoints differ.
+    return tensors
+
+
+def save_checkpoint(path: Path, model: EnsembleTransformer, opt: torch.optim.Optimizer, step: int, cfg: TrainConfig) -> None:
+    write_checkpoint(path, _state_tensors(model, opt), step, cfg)
+
+
+class CheckpointWriter:
+    """Writes checkpoints on a background thread: the state is copied to host memory at once,
+    then hashing and writing overlap the next training steps (on a GPU a write held the step
+    for about a second). One write in flight; its error surfaces at the next save or close.
+    A kill mid-write loses only that checkpoint (written to a temporary file, then renamed)."""
+
+    def __init__(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="checkpoint")
+        self._pending = None
+
+    def save(self, path: Path, model, opt, step: int, cfg: TrainConfig, then: Callable[[], None] | None = None) -> None:
+        self.wait()
+        tensors = _state_tensors(model, opt)
+
+        def job() -> None:
+            write_checkpoint(path, tensors, step, cfg)
+            if then:
+                then()
+
+        self._pending = self._pool.submit(job)
+
+    def wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            self._pool.shutdown()
+
+    def __enter__(self) -> CheckpointWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def write_checkpoint(path: Path, tensors: dict[str, torch.Tensor], step: int, cfg: TrainConfig) -> None:
+    """``tensors`` (host copies) to ``path`` with the header: step, config and checksums."""
+    meta = {"step": str(step), "config": json.dumps(cfg.to_dict()), "sha256": _digest(tensors)}
+    meta["header_sha256"] = _header_digest(meta)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    try:
+        save_file(tensors, str(tmp), metadata=meta)
+    except SafetensorError as e:  # a full disk or a read-only folder: one line, not a traceback
+        tmp.unlink(missing_ok=True)
+        raise _os_error(e, tmp) from None
+    tmp.replace(path)  # atomic: a kill mid-write never leaves a torn checkpoint
+
+
+def _header_digest(meta: dict[str, str]) -> str:
+    """SHA-256 of the header's step, config and tensor checksum: a flipped bit in the config
+    could otherwise describe the same weights as another architecture."""
+    return hashlib.sha256("\n".join(meta[k] for k in ("step", "config", "sha256")).encode()).hexdigest()
+
+
+def _os_error(e: Exception, path: Path) -> OSError:
+    """safetensors' I/O error as the OSError it wraps (``... (os error 28) ...``)."""
+    import errno
+    import os
+    import re
+
+    found = re.search(r"os error (\d+)", str(e))
+    code = int(found.group(1)) if found else errno.EIO
+    return OSError(code, os.strerror(code), str(path))
+
+
+def read_checkpoint(path: Path, device: str = "cpu") -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Tensors and header of a checkpoint, verified against its SHA-256; one line if damaged."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), "pt") as f:
+            meta = f.metadata() or {}
+        tensors = load_file(str(path))
+    except Exception as e:  # safetensors raises several types for a torn or foreign file
+        raise UsageError(f"checkpoint {path} is damaged ({type(e).__name__}); delete it to resume from the one before") from None
+    if "step" not in meta or "config" not in meta:
+        raise UsageError(f"checkpoint {path} has no step/config header; it was not written by stackedheads")
+    # Checkpoints written before checksums existed carry none; they are trusted as before.
+    if "sha256" in meta and _digest(tensors) != meta["sha256"]:
+        raise UsageError(f"checkpoint {path} fails its checksum (corrupted on disk); delete it to resume from the one before")
+    if "header_sha256" in meta and ("sha256" not in meta or _header_digest(meta) != meta["header_sha256"]):
+        raise UsageError(f"checkpoint {path} fails its checksum (its header is corrupted); delete it to resume from the one before")
+    if device != "cpu":
+        tensors = {k: v.to(device) for k, v in tensors.items()}
+    return tensors, meta
+
+
+def load_model(path: Path, device: str = "cpu") -> tuple[EnsembleTransformer, TrainConfig, int]:
+    """The ensemble stored in a checkpoint, its config and its step."""
+    tensors, meta = read_checkpoint(Path(path), device)
+    try:  # a header from before checksums covered it may still be damaged
+        cfg = TrainConfig.from_dict(json.loads(meta["config"]))
+        step = int(meta["step"])
+        model = EnsembleTransformer(cfg.model_config(), seeds=list(cfg.seeds), init=False)
+        model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    except (ValueError, TypeError, KeyError, RuntimeError) as e:  # UsageError is a ValueError
+        raise UsageError(
+            f"checkpoint {path} is damaged (its header does not describe its tensors: {type(e).__name__}); "
+            "delete it to use the one before"
+        ) from None
+    return model.to(device), cfg, step
+
+
+def _restore(tensors: dict[str, torch.Tensor], model: EnsembleTransformer, opt: torch.optim.Optimizer) -> None:
+    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    for name, p in model.named_parameters():
+        state = {k.rsplit(".", 1)[1]: v for k, v in tensors.items() if k.startswith(f"optim.{name}.")}
+        if state:
+            opt.state[p] = state
+
+
+def resume_point(run_dir: Path, device: str, model: EnsembleTransformer, opt: torch.optim.Optimizer) -> int:
+    """Restore the newest checkpoint that verifies; damaged newer ones are set aside, not lost."""
+    ckpts = list_checkpoints(run_dir)
+    for step, path in reversed(ckpts):
+        try:
+            tensors, _ = read_checkpoint(path, device)
+        except UsageError as e:
+            print(f"warning: {e}; resuming from an earlier checkpoint", file=sys.stderr)
+            path.replace(path.with_suffix(".damaged"))
+            continue
+        _restore(tensors, model, opt)
+        return step
+    if ckpts:
+        raise UsageError(f"{run_dir}: no checkpoint verifies; delete the folder to start over")
+    return 0

@@ -1,0 +1,162 @@
+"""The training loop: ``train(TrainConfig, run dir) -> summary`` (Sec. 7.1).
+
+A job trains an ensemble of E models that share a shape and differ in seed: member ``e`` with
+seed ``s`` has its own initialisation, its own training set (the task with seed ``s``), its own
+data order and its own optimizer state, so it follows the trajectory it would follow alone.
+All members are validated on the same held-out set. Running a job again on its folder resumes
+from the last checkpoint and ends with the same numbers as an uninterrupted run; the folder is
+locked while a process trains in it.
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from stackedheads.errors import UsageError
+from stackedheads.model import EnsembleTransformer, clip_grad_norm_per_member_
+from stackedheads.perf import keep_freed_memory
+from stackedheads.storage import FolderLock, atomic_write_json, read_state_json
+from stackedheads.tasks.vectors import Batch
+from stackedheads.training.checkpoints import (
+    CheckpointWriter,
+    checkpoint_path,
+    list_checkpoints,
+    resume_point,
+    save_checkpoint,
+)
+from stackedheads.training.config import DTYPES, TrainConfig, check_device
+from stackedheads.training.data import member_batches, validation_batch
+from stackedheads.training.evaluate import evaluate, member_mse
+from stackedheads.training.metrics import (
+    metric_columns,
+    read_metrics,
+    read_summary,
+    run_is_complete,
+    summarize,
+    truncate_metrics,
+)
+from stackedheads.training.optim import make_optimizer
+
+
+def _check_finite(per_member: torch.Tensor, cfg: TrainConfig, step: int) -> None:
+    bad = ~torch.isfinite(per_member.detach())
+    if bool(bad.any()):
+        seeds = [s for s, b in zip(cfg.seeds, bad.tolist()) if b]
+        raise UsageError(
+            f"training diverged: the loss of seed(s) {seeds} is not finite at step {step}; "
+            f"lower --lr (now {cfg.optim.lr}) or set --grad-clip; checkpoints up to the last finite one are kept"
+        )
+
+
+def train(
+    cfg: TrainConfig,
+    run_dir: str | Path,
+    progress: Callable[[int, int], None] | None = None,
+    stop_after: int | None = None,
+) -> dict:
+    """Train (or resume) the ensemble ``cfg`` in ``run_dir``; returns ``summary.json``'s content.
+
+    ``progress(step, steps)`` is called after every step. ``stop_after`` stops early (tests of
+    interruption) without writing the summary.
+    """
+    check_device(cfg.device)
+    dev = torch.device(cfg.device)
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UsageError(f"{run_dir} exists and is not a folder; choose another --out")
+    with FolderLock(run_dir, "a training run"):
+        return _train_locked(cfg, run_dir, dev, progress, stop_after)
+
+
+def _train_locked(cfg: TrainConfig, run_dir: Path, dev: torch.device, progress, stop_after) -> dict:
+    keep_freed_memory()  # no page faults on the step's activations (stackedheads.perf)
+    cfg_path = run_dir / "config.json"
+    if cfg_path.exists():
+        old = TrainConfig.from_dict(read_state_json(cfg_path, "a training run's config"))
+        if old != cfg:
+            raise UsageError(f"{run_dir} holds a run with another configuration; choose a new --out")
+        if run_is_complete(run_dir):
+            return read_summary(run_dir, cfg)
+    else:
+        atomic_write_json(cfg_path, cfg.to_dict())
+
+    dtype = DTYPES[cfg.dtype]
+    if dev.type == "cuda":  # this process trains; its matmul mode is the run's
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.dtype == "tf32"
+    model = EnsembleTransformer(cfg.model_config(), seeds=list(cfg.seeds)).to(dev)
+    opt = make_optimizer(model, cfg)
+    columns = metric_columns(cfg)
+    metrics_path = run_dir / "metrics.csv"
+    wall0 = 0.0
+    start = resume_point(run_dir, cfg.device, model, opt)
+    if start:
+        truncate_metrics(metrics_path, start, columns)
+        rows = read_metrics(run_dir) if metrics_path.exists() else []
+        wall0 = max((r["wall_s"] for r in rows), default=0.0)
+    elif metrics_path.exists():
+        metrics_path.unlink()  # a run killed before its first checkpoint starts over
+
+    forward = torch.compile(model) if cfg.compile else model  # the same parameters either way
+    on_device = dev.type != "cpu"  # an accelerator generates its own batches (the CPU's, exactly)
+    val = validation_batch(cfg)
+    val = Batch(val.inputs.to(dev), val.targets.to(dev), val.symbols, val.meta)  # moved once, not per evaluation
+    eval_at = cfg.eval_steps()
+    caches = [{} for _ in cfg.seeds]
+    new_file = not metrics_path.exists()
+    if cfg.keep_checkpoints and start == 0:
+        save_checkpoint(checkpoint_path(run_dir, 0), model, opt, 0, cfg)  # Sec. 9: attention at init
+    t0 = time.perf_counter()
+    ckpt = CheckpointWriter()
+    with ckpt, open(metrics_path, "a", newline="") as mf:
+        writer = csv.DictWriter(mf, fieldnames=columns, lineterminator="\n")
+        if new_file:
+            writer.writeheader()
+        done = start
+        for step in range(start, cfg.steps):
+            batch = member_batches(cfg, step, caches, device=dev if on_device else None)
+            x, y = batch.inputs, batch.targets
+            with torch.autocast(dev.type, dtype=dtype, enabled=dtype != torch.float32):
+                pred = forward(x)
+            # Sum of per-member means: each member's gradient is its own loss's gradient.
+            per_member = member_mse(pred, y)
+            opt.zero_grad(set_to_none=True)
+            per_member.sum().backward()
+            if cfg.optim.grad_clip > 0:
+                clip_grad_norm_per_member_(model, cfg.optim.grad_clip)
+            lr = cfg.lr_at(step)
+            for group in opt.param_groups:
+                group["lr"] = lr
+            opt.step()
+            done = step + 1
+            save_now = done % cfg.ckpt_every == 0 or done == cfg.steps
+            if done in eval_at or save_now:
+                _check_finite(per_member, cfg, done)  # a sync; only where we write anyway
+            if done in eval_at:
+                val_loss, partial = evaluate(forward, val, cfg)
+                wall = wall0 + time.perf_counter() - t0
+                train_loss = per_member.detach().cpu()
+                for e, seed in enumerate(cfg.seeds):
+                    row = {"step": done, "seed": seed, "train_loss": float(train_loss[e]), "val_loss": float(val_loss[e]), "wall_s": round(wall, 3)}
+                    row.update({c: float(partial[e, j]) for j, c in enumerate(columns[4:-1])})
+                    writer.writerow(row)
+                mf.flush()
+            if save_now:
+                mf.flush()  # metrics up to here are on disk before the checkpoint that covers them
+                # Without kept checkpoints, keep the last two: a damaged newest one falls back to
+                # its predecessor.
+                prune = None if cfg.keep_checkpoints else lambda: [p.unlink() for _, p in list_checkpoints(run_dir)[:-2]]
+                ckpt.save(checkpoint_path(run_dir, done), model, opt, done, cfg, then=prune)
+            if progress:
+                progress(done, cfg.steps)
+            if stop_after is not None and done >= stop_after:
+                break
+    if stop_after is not None and done >= stop_after:  # stopped early (tests): no summary
+        return {}
+    summary = summarize(run_dir, cfg)
+    atomic_write_json(run_dir / "summary.json", summary)
+    return summary

@@ -1,0 +1,109 @@
+"""The shape of the package (issue 16): an acyclic import graph and a lazy public API.
+
+``pytest tests/test_architecture.py`` is the command that checks the import graph.
+"""
+
+from __future__ import annotations
+
+import ast
+import graphlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = "stackedheads"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in (SRC / PACKAGE).rglob("*.py"):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, counting imports inside functions too (an
+    import moved into a function hides a cycle from Python, not from this graph)."""
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        is_pkg = path.name == "__init__.py"
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from the package that holds this module
+                    anchor = name.split(".") if is_pkg else name.split(".")[:-1]
+                    anchor = anchor[: len(anchor) - node.level + 1]
+                    base = ".".join(anchor + ([base] if base else []))
+                # `from pkg import sub` imports the submodule `pkg.sub` where there is one
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            for target in targets:
+                if target == PACKAGE or target.startswith(PACKAGE + "."):
+                    dep = resolve(target)
+                    if dep and dep != name:
+                        deps.add(dep)
+        graph[name] = deps
+    return graph
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    graph = import_graph(_modules())
+    assert len(graph) > 40 and graph["stackedheads.cli._app"]  # the graph is really built
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as e:
+        pytest.fail(f"import cycle: {' -> '.join(e.args[1])}")
+
+
+def test_the_checker_finds_a_cycle_hidden_in_a_function(tmp_path: Path) -> None:
+    modules = {"stackedheads": tmp_path / "__init__.py", "stackedheads.a": tmp_path / "a.py", "stackedheads.b": tmp_path / "b.py"}
+    modules["stackedheads"].write_text("")
+    modules["stackedheads.a"].write_text("from stackedheads import b\n")
+    modules["stackedheads.b"].write_text("def f():\n    from stackedheads.a import x\n")
+    graph = import_graph(modules)
+    assert graph == {"stackedheads": set(), "stackedheads.a": {"stackedheads.b"}, "stackedheads.b": {"stackedheads.a"}}
+    with pytest.raises(graphlib.CycleError):
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+
+
+def test_the_cli_is_a_package_that_only_the_entry_points_import() -> None:
+    graph = import_graph(_modules())
+    importers = {m for m, deps in graph.items() if any(d.startswith("stackedheads.cli") for d in deps)}
+    assert importers <= {"stackedheads.__main__"} | {m for m in graph if m.startswith("stackedheads.cli")}
+
+
+def _fresh_python(code: str) -> str:
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_the_public_api_is_lazy_and_complete() -> None:
+    # The CLI sets OpenMP's environment before torch loads, so importing the package (which
+    # every CLI run does first) must not import torch.
+    assert _fresh_python("import sys, stackedheads; print('torch' in sys.modules)") == "False"
+    out = _fresh_python(
+        "import stackedheads as s, inspect\n"
+        "from stackedheads.training.loop import train\n"
+        "from stackedheads.circuits.discover import discover\n"
+        "from stackedheads.llm.bench import run_bench\n"
+        "print(s.train is train, s.discover is discover, s.run_bench is run_bench,\n"
+        "      inspect.ismodule(s.presets), callable(s.prompts.generate), callable(s.emergence.emergence_run),\n"
+        "      s.TrainConfig.__name__, s.EnsembleTransformer.__name__, sorted(s.__all__) == sorted(dir(s)))"
+    )
+    assert out == "True True True True True True TrainConfig EnsembleTransformer True"
+    r = subprocess.run([sys.executable, "-c", "import stackedheads; stackedheads.nope"], capture_output=True, text=True, check=False)
+    assert r.returncode == 1 and "AttributeError" in r.stderr and "nope" in r.stderr
