@@ -323,3 +323,31 @@ def test_figure_on_synthetic_rows(tmp_path):
     paths = depth.plot_phase(rows, tmp_path)
     assert sorted(paths) == sorted(str(tmp_path / f"depth_phase.{e}") for e in ("png", "svg"))
     assert_valid_figures(tmp_path)
+
+
+@pytest.mark.slow
+def test_publish_keeps_small_files_and_the_report_shows_them(smoke, tmp_path, cli):
+    from stackedheads.report import write_report
+
+    out, _ = smoke
+    results = tmp_path / "results"
+    r = cli("publish", out, "--name", "depth", "--title", "Depth map (smoke)", "--command",
+            "stackedheads sweep depth --preset smoke", "--wall-s", "5", "--results", results)
+    assert r.code == 0, r.err
+    ref = json.loads((results / "depth" / "reference.json").read_text())
+    assert {"depth.json", "results.jsonl", "phase.json", "claims.json", "summary.csv", "depth_phase.png",
+            "depth_phase.svg"} <= set(ref["files"])
+    assert not any(f.startswith("runs") for f in ref["files"]) and not list((results / "depth").rglob("*.safetensors"))
+    assert ref["command"] == "stackedheads sweep depth --preset smoke" and ref["wall_s"] == 5 and len(ref["commit"]) == 40
+    r = cli("publish", out, "--name", "../escape", "--title", "t", "--command", "c", "--results", results)
+    assert r.code == 2 and "--name" in r.err and not (tmp_path / "escape").exists()
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"preset": {"name": "custom"}}))
+    html = write_report(run, results).read_text()
+    assert "Reference runs" in html and "Depth map (smoke)" in html and "trained x_D" in html
+    expected = {c["id"]: c["verdict"] for c in json.loads((out / "claims.json").read_text())}
+    assert set(expected) == {"D1", "D2"} and all(f">{v}</td>" in html for v in expected.values())
+    assert (run / "report" / "img" / "depth__depth_phase.png").exists()
+    assert "Reference runs" not in write_report(run).read_text()

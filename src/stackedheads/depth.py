@@ -82,11 +82,13 @@ class DepthSpec:
     def override(
         self, depths: Sequence[int] | None = None, layers: Sequence[int] | None = None,
         seeds: Sequence[int] | None = None, device: str | None = None, dtype: str | None = None,
+        steps: int | None = None,
     ) -> DepthSpec:
-        """The grid with some of its axes, device or dtype changed (None: unchanged); a changed
-        grid is a new specification (its folder refuses the old one)."""
+        """The grid with some of its axes, device, dtype or training steps changed (None:
+        unchanged); a changed grid or step count is a new specification (its folder refuses the
+        old one)."""
         grid = {k: tuple(v) for k, v in (("depths", depths), ("layers", layers), ("seeds", seeds)) if v is not None}
-        return replace(self, base=self.base.override(device=device, dtype=dtype), **grid)
+        return replace(self, base=self.base.override(device=device, dtype=dtype, steps=steps), **grid)
 
     def jobs(self) -> list[Job]:
         # Shallow shapes first: they are cheapest and fill the diagram's left side early.

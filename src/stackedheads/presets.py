@@ -124,16 +124,14 @@ def figure4(name: str, device: str | None = None, dtype: str | None = None) -> F
 
 # Quick (CPU, N = 2): 20 ensembles of two seeds. Layers 1..5 reach one layer past the causal
 # minimum of x4 (4 layers) and start below every minimum (2), so D1 and D2 can both be decided.
-# QUICK's recipe and 2,000 steps (which learn x2 at D = 2 with 3 layers), at batch 64 instead of
-# 128: one-thread CPU time per step was measured as ~0.0028 s x tokens per sequence x layers at
-# batch 128 (half at 64), so the grid costs ~78 min at batch 128 and ~43 min at 64 on one idle
-# core (README, "Depth phase diagram"). Measured: the costliest job (D = 4, 5 layers) took 261 s
-# of CPU (255 s predicted) and stayed on the plateau for all of x1..x4, so expect D2 to be
-# INCONCLUSIVE at D = 4 on CPU: the map's deep end needs the GPU preset.
-QUICK_BATCH = 64
+# QUICK's recipe and batch (128), 3,000 steps. A first cut at batch 64 and 2,000 steps took
+# 12 min on two single-thread workers (2-core AVX2) and learned x1 only (x2 never, even with
+# 5 layers at D = 2), so D2 was INCONCLUSIVE beyond D = 1: halving the batch cost more than
+# it saved. The deep end (D = 4) may still need the GPU preset.
+QUICK_DEPTH_STEPS = 3000
 # Sec. 7.1: N = 4, 8 seeds per shape, 1..8 layers; D up to 8 (causal minimum of x8: 5 layers).
 DEPTH.register("paper", DepthSpec("paper", PAPER, tuple(range(1, 9)), tuple(range(1, 9)), tuple(range(8))))
-DEPTH.register("quick", DepthSpec("quick", QUICK.override(batch_size=QUICK_BATCH), (1, 2, 3, 4), (1, 2, 3, 4, 5), (0, 1)))
+DEPTH.register("quick", DepthSpec("quick", QUICK.override(steps=QUICK_DEPTH_STEPS), (1, 2, 3, 4), (1, 2, 3, 4, 5), (0, 1)))
 DEPTH.register("smoke", DepthSpec("smoke", SMOKE, (1, 2), (1, 2), (0, 1)))
 
 

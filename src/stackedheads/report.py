@@ -23,6 +23,7 @@ from pathlib import Path
 import jinja2
 
 from stackedheads import claims as claims_mod
+from stackedheads import references
 from stackedheads.claims import read_json as _json
 from stackedheads.claims import read_jsonl as _jsonl
 from stackedheads.claims import sec4, sec5, sec7, sec8, sec9
@@ -185,8 +186,10 @@ def _configs(run: Path) -> list[dict]:
     return [{"name": name, "text": p.read_text()} for name, p in files if p.exists()]
 
 
-def write_report(run_dir: str | Path) -> Path:
-    """Write ``run_dir/report/index.html`` (and its images); return the HTML's path."""
+def write_report(run_dir: str | Path, reference_root: Path | None = None) -> Path:
+    """Write ``run_dir/report/index.html`` (and its images); return the HTML's path. With
+    ``reference_root`` (the repository's ``results/``), the report ends with the reference runs
+    kept there, their claims re-judged from their files (:mod:`stackedheads.references`)."""
     run = Path(run_dir)
     config = _json(run / "config.json")
     if config is None or "preset" not in config:
@@ -217,6 +220,11 @@ def write_report(run_dir: str | Path) -> Path:
     emergence_tables = shaped(emer, lambda: _circuit_tables(emer / "discovered"))
     timelines = shaped(emer, lambda: _timeline_tables(emer / "timeline"))
     stages, total = _stages(run)
+    refs = references.load_all(reference_root)
+    ref_figs = _Figures(reference_root, report) if refs else None
+    for ref in refs:
+        ref["figures"] = ref_figs.glob(ref["folder"], "*.png", lambda p: p.stem.replace("_", " "))
+        ref["wall"] = _duration(ref["wall_s"]) if ref.get("wall_s") else "unknown"
     llm = shaped(run / "llm", lambda: _llm_section(run / "llm"))
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("stackedheads", "templates"),
@@ -241,6 +249,7 @@ def write_report(run_dir: str | Path) -> Path:
         timelines=timelines,
         stages=stages,
         configs=_configs(run),
+        references=refs,
     )
     path = report / "index.html"
     atomic_write_text(path, html)

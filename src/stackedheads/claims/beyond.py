@@ -143,3 +143,23 @@ def write_claims(out: str | Path, rows: Sequence[dict] | None = None) -> list[Cl
     found = depth_claims(read_results(out) if rows is None else rows)
     atomic_write_json(Path(out) / "claims.json", [c.to_dict() for c in found])
     return found
+
+
+LAYERS_COLUMNS = ("D", "layers tried", "trained x_D", "trained x_1..x_D", "causal min", "no-mask min",
+                  "paper bound", "gap", "D2")
+
+
+def layers_rows(table: Sequence[dict], d2: Sequence[dict]) -> dict:
+    """Trained vs theoretical layers per D as text cells (the CLI's table, the report's and the
+    README's): ``{"columns": [...], "rows": [[...], ...]}``; "never" where x_D was not learned in
+    every seed, "-" per position likewise."""
+    verdict = {p["depth"]: p["verdict"] for p in d2}
+    rows = []
+    for r in table:
+        per = " ".join("-" if v is None else str(v) for v in r["trained_min_per_position"].values())
+        rows.append([
+            str(r["depth"]), span(r["layers_tried"]), "never" if r["trained_min"] is None else str(r["trained_min"]),
+            per, str(r["causal_min"]), str(r["no_mask_min"]), str(r["paper_bound"]),
+            "-" if r["gap"] is None else f"{r['gap']:+d}", verdict.get(r["depth"], ""),
+        ])
+    return {"columns": list(LAYERS_COLUMNS), "rows": rows}

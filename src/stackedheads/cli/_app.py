@@ -47,8 +47,8 @@ def progress_bar(description: str):
 
 
 THREADS_HELP = (
-    "torch threads per training process (default: OMP_NUM_THREADS if set, else every core the process may "
-    "use, at most 4 beside a GPU; results are the same for any count)."
+    "torch threads per training process (default: OMP_NUM_THREADS if set, else every core other work leaves "
+    "idle when training starts, at most 4 beside a GPU; 1 and 2 threads give bit-identical results)."
 )
 WORKERS_HELP = "Local jobs trained at once, each in its own process (default: one per core on the CPU, one on a GPU)."
 

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from stackedheads import references
 from stackedheads.cli._app import (
     THREADS_HELP,
     WORKERS_HELP,
@@ -72,7 +73,7 @@ def reproduce_cmd(
             workers=workers, threads=threads,
         )
     with FolderLock(out, "report"):
-        report = write_report(out)
+        report = write_report(out, references.results_dir())
     table = Table(title=f"reproduce --preset {preset}")
     for col in ("stage", "wall time", "state"):
         table.add_column(col)
@@ -111,7 +112,31 @@ def report_cmd(
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir} is not a folder")
     with FolderLock(run_dir, "report"):  # not while `reproduce` writes the folder (and its report)
-        path = write_report(run_dir)
+        path = write_report(run_dir, references.results_dir())
     console.print(f"report: {path}")
 
 
+
+
+@app.command("publish")
+def publish_cmd(
+    run_dir: Path = typer.Argument(..., help="A finished run, sweep or depth folder."),
+    name: str = typer.Option(..., "--name", help="The folder to write under results/."),
+    title: str = typer.Option(..., "--title", help="One line for the report."),
+    command: str = typer.Option(..., "--command", help="The command that made the run, as typed."),
+    wall_s: Optional[float] = typer.Option(None, "--wall-s", help="The run's wall time in seconds."),
+    commit: Optional[str] = typer.Option(None, "--commit", help="The commit the run's code came from (default: HEAD)."),
+    notes: str = typer.Option("", "--notes", help="What was cut or differs from the paper's settings."),
+    include: list[str] = typer.Option([], "--include", help="Extra files to keep, as globs relative to RUN_DIR (repeatable)."),
+    results: Optional[Path] = typer.Option(None, "--results", help="The results folder (default: the repository's results/)."),
+) -> None:
+    """Keep a run's small files (configs, metrics, summaries, claims, figures; never checkpoints) in results/NAME with how it was made."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        raise UsageError(f"--name {name!r}: letters, digits, '.', '_' and '-' only")
+    root = results or references.REPOSITORY_RESULTS
+    ref = references.publish(run_dir, root / name, title=title, command=command,
+                             commit=commit or references.git_commit(Path(references.__file__).parent),
+                             wall_s=wall_s, notes=notes, include=tuple(include))
+    console.print(f"{root / name}: {len(ref.files)} files kept")

@@ -107,6 +107,7 @@ def sweep_depth_cmd(
     depths: Optional[str] = typer.Option(None, "--depths", help="Retrieval steps D, e.g. 1-6 or 1,2,4 (default: the preset's)."),
     layers: Optional[str] = typer.Option(None, "--layers", help="Layer counts, e.g. 1-8 (default: the preset's)."),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="Comma-separated seeds per shape (default: the preset's)."),
+    steps: Optional[int] = typer.Option(None, "--steps", help="Training steps per run (default: the preset's); where D2 says 'train longer'."),
     device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="float32, bfloat16 (autocast) or tf32 (CUDA matmuls)."),
     executor: str = typer.Option("local", "--executor", help="local (in-process) or ray."),
@@ -125,7 +126,7 @@ def sweep_depth_cmd(
         depths=depth.parse_ints(depths, "--depths") if depths is not None else None,
         layers=depth.parse_ints(layers, "--layers") if layers is not None else None,
         seeds=parse_seeds(seeds) if seeds is not None else None,
-        device=device, dtype=dtype,
+        device=device, dtype=dtype, steps=steps,
     )
     depth.check_folder(spec, out)  # before the progress bar, so a refusal is one line
     bar, factory = progress_bar("depth")
@@ -148,17 +149,12 @@ def sweep_depth_cmd(
 
 def _layers_table(table: list[dict], d2: list[dict]) -> Table:
     """Trained vs theoretical layers per D, with D2's verdict per D."""
-    from stackedheads.depth import span
+    from stackedheads.claims import beyond
 
-    verdict = {p["depth"]: p["verdict"] for p in d2}
+    cells = beyond.layers_rows(table, d2)
     t = Table(title="Layers needed per D: trained (every seed) vs theory")
-    for col in ("D", "layers tried", "trained x_D", "trained x_1..x_D", "causal min", "no-mask min", "paper bound", "gap", "D2"):
-        t.add_column(col, justify="right" if col not in ("trained x_1..x_D", "D2") else "left")
-    for r in table:
-        per = " ".join("-" if v is None else str(v) for v in r["trained_min_per_position"].values())
-        t.add_row(
-            str(r["depth"]), span(r["layers_tried"]), "never" if r["trained_min"] is None else str(r["trained_min"]),
-            per, str(r["causal_min"]), str(r["no_mask_min"]), str(r["paper_bound"]),
-            "-" if r["gap"] is None else f"{r['gap']:+d}", verdict.get(r["depth"], ""),
-        )
+    for col in cells["columns"]:
+        t.add_column(col, justify="left" if col in ("trained x_1..x_D", "D2") else "right")
+    for row in cells["rows"]:
+        t.add_row(*row)
     return t
