@@ -45,3 +45,18 @@ def cli_process():
         return CliResult(r.returncode, r.stdout, r.stderr)
 
     return run
+
+
+def is_figure(path: Path, min_px: int = 200) -> bool:
+    """A real figure: a PNG Pillow decodes to at least ``min_px`` on each side, or an SVG
+    document with drawn paths (not merely a non-empty file)."""
+    path = Path(path)
+    if path.suffix == ".svg":
+        text = path.read_text(encoding="utf-8")
+        return "<svg" in text and "<path" in text
+    from PIL import Image
+
+    with Image.open(path) as im:
+        im.verify()
+    with Image.open(path) as im:
+        return im.format == "PNG" and min(im.size) >= min_px

@@ -86,7 +86,7 @@ def test_collect_reads_learned_and_first_step_from_the_run_folders(smoke, monkey
     # position is learned and first crosses at the first evaluation (eval_every = 10).
     out, _ = smoke
     monkeypatch.setattr(depth, "cross_threshold", lambda chains: 10.0)
-    rows = depth.collect(presets.DEPTH.get("smoke").jobs(), out)
+    rows = depth.job_rows(presets.DEPTH.get("smoke").jobs(), out)
     assert all(r["learned_all"] and r["fraction_learned"] == 1.0 for r in rows)
     assert all(r["first_step"] == {"0": 10, "1": 10} for r in rows)
     assert [t["trained_min"] for t in depth.phase_table(rows)] == [1, 1]

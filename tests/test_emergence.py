@@ -3,12 +3,16 @@
 import json
 
 import pytest
+from conftest import is_figure
 
 from stackedheads import presets
-from stackedheads.emergence import first_crossing, first_seen, position_emergence, position_order
+from stackedheads.emergence import (
+    first_crossing,
+    first_seen,
+    position_emergence,
+    position_order,
+)
 from stackedheads.training import train
-
-
 
 
 def test_first_crossing_interpolates_between_checkpoints():
@@ -60,7 +64,7 @@ def test_attention_maps(tiny_run, tmp_path, cli_process):
     r = cli_process("attention", str(tiny_run), "--out", str(tmp_path), "--seqs", "2", "--checkpoint", "20")
     assert r.code == 0, r.err
     for name in ("layer0.png", "layer1.png", "grid.png", "grid.svg", "mean.png", "mean.svg"):
-        assert (tmp_path / name).stat().st_size > 1000, name
+        assert is_figure(tmp_path / name), name
 
 
 @pytest.mark.slow
@@ -72,7 +76,7 @@ def test_discover_validate_and_emergence(tiny_run, tmp_path, cli_process):
         circuit = json.loads((folder / "circuit.json").read_text())
         assert len(circuit["heads"]) == 4 and circuit["info"]["seed"] == seed
         assert (folder / "circuit.png").exists() and (folder / "losses.json").exists()
-    r = cli_process("circuit", "validate", str(tiny_run), "--spec", str(tmp_path / "c" / "seed1" / "circuit.json"))
+    r = cli_process("circuit", "validate", str(tiny_run), "--circuit", str(tmp_path / "c" / "seed1" / "circuit.json"))
     assert r.code == 0, r.err
     assert "combined" in r.out
     r = cli_process("emergence", str(tiny_run), "--out", str(tmp_path / "e"), "--circuits", str(tmp_path / "c"), "--seqs", "8")
@@ -97,7 +101,7 @@ def test_bad_inputs_are_one_line(tiny_run, tmp_path, cli_process):
         ["emergence", str(single), "--out", str(tmp_path / "x")],
         ["attention", str(tmp_path / "nowhere"), "--out", str(tmp_path / "y")],
         ["attention", str(tiny_run), "--out", str(tmp_path / "y"), "--checkpoint", "7"],
-        ["circuit", "validate", str(tiny_run), "--spec", str(tmp_path / "missing.json")],
+        ["circuit", "validate", str(tiny_run), "--circuit", str(tmp_path / "missing.json")],
     ):
         r = cli_process(*args)
         assert r.code == 2, (args, r.err)

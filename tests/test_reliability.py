@@ -877,7 +877,7 @@ def test_sweep_rebuilds_a_damaged_run_summary(ckpt_run, tmp_path):
     job = Job("ic-D2-L3", "ic", cfg)
     folder = _copy_run(ckpt_run, run_dir(tmp_path, job))
     (folder / "summary.json").write_text("")  # what a full disk used to leave
-    rows = sweep.collect([job], tmp_path)
+    rows = sweep.job_rows([job], tmp_path)
     assert rows and rows[0]["layers"] == 3
     assert json.loads((folder / "summary.json").read_text())["seeds"]
 

@@ -32,7 +32,9 @@ def test_every_stage_runs_and_writes_its_outputs(smoke):
     assert list(summary["stages"]) == list(STAGE_NAMES)
     for name in STAGE_NAMES:
         done = json.loads((smoke / name / "done.json").read_text())
-        assert done["wall_s"] >= 0
+        assert done["wall_s"] == summary["stages"][name]["wall_s"]  # the summary repeats each stage's record
+        # Stages that train or ask a model take measurable time; the others may round to 0.
+        assert done["wall_s"] > 0.01 if name in ("llm", "figure4", "circuits", "emergence") else done["wall_s"] >= 0
     for rel in (
         "theory/theory.png", "prompts/equations.jsonl", "llm/results.json", "llm/figure2.png",
         "figure4/claims.json", "figure4/figure4.png",
@@ -126,6 +128,7 @@ def test_smoke_models_prove_nothing_about_circuits(smoke, cli_process):
     assert json.loads(r.out) == json.loads((smoke / "report" / "claims.json").read_text())
     page = (smoke / "report" / "index.html").read_text()
     assert "INCONCLUSIVE" in page and "held-out sequences" in page
+    assert "N = 2 chains, not the paper's 4." in page  # the smoke sweep is N = 2: the report says why
 
 
 # --- the report -----------------------------------------------------------------------------------

@@ -146,7 +146,7 @@ def first_step_below(metrics: list[dict], seed: int, column: str, threshold: flo
     return None
 
 
-def collect(jobs: Sequence[Job], out: Path) -> list[dict]:
+def job_rows(jobs: Sequence[Job], out: Path) -> list[dict]:
     """One row per (D, layers, position j) from the finished run folders."""
     rows = []
     for job in jobs:
@@ -405,7 +405,7 @@ def run_depth(
                 on_done(job, finished[0], len(todo))
 
         (executor or LocalExecutor()).run(todo, out, on_done=done)
-        rows = collect(jobs, out)
+        rows = job_rows(jobs, out)
         write_results_jsonl(rows, out / "results.jsonl")
         write_summary_csv(rows, out / "summary.csv")
         table = phase_table(rows)

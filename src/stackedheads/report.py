@@ -250,11 +250,20 @@ def write_report(run_dir: str | Path, reference_root: Path | None = None) -> Pat
         stages=stages,
         configs=_configs(run),
         references=refs,
+        chains=_figure4_chains(config),
     )
     path = report / "index.html"
     atomic_write_text(path, html)
     atomic_write_json(report / "claims.json", [c.to_dict() for c in claims])
     return path
+
+
+def _figure4_chains(config: dict) -> int | None:
+    """N of the run's Figure 4 sweep (the paper's is 4), from the reproduce config."""
+    try:
+        return int(config["preset"]["figure4"]["base"]["task"]["chains"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _circuit_tables(discovered: Path) -> list[dict]:

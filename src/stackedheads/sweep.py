@@ -118,7 +118,7 @@ def crossing_steps(rows: list[dict], seed: int, columns: list[str], threshold: f
     return out
 
 
-def collect(jobs: Sequence[Job], out: Path) -> list[dict]:
+def job_rows(jobs: Sequence[Job], out: Path) -> list[dict]:
     """One row per run (job x seed) from the finished run folders."""
     rows = []
     for job in jobs:
@@ -232,7 +232,7 @@ def _run_figure4_locked(spec: Figure4Spec, out: Path, executor: Executor | None,
             on_done(job, finished[0], len(todo))
 
     (executor or LocalExecutor()).run(todo, out, on_done=done)
-    rows = collect(jobs, out)
+    rows = job_rows(jobs, out)
     write_summary_csv(rows, out / "summary.csv")
     plot_figure4(rows, out)
     return rows

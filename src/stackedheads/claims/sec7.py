@@ -205,7 +205,7 @@ def folder_result(folder: Path) -> dict:
     """The Section 7 claims (as :func:`rows_claims` writes them) re-evaluated from a sweep
     folder's files, without training. Unfinished runs are left out and listed."""
     spec, done, unfinished = sweep.finished_jobs(folder)
-    result = rows_claims(sweep.collect(done, folder))
+    result = rows_claims(sweep.job_rows(done, folder))
     result["unfinished_runs"] = unfinished
     return result
 
@@ -217,7 +217,7 @@ def folder_claims(folder: Path) -> list[Claim]:
 
 def write_claims(folder: Path) -> dict:
     """Evaluate a finished sweep folder and write its ``claims.json``; returns the result."""
-    result = rows_claims(sweep.collect(sweep.finished_jobs(folder)[1], folder))
+    result = rows_claims(sweep.job_rows(sweep.finished_jobs(folder)[1], folder))
     atomic_write_json(Path(folder) / "claims.json", result)
     return result
 

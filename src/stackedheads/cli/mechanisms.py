@@ -48,14 +48,14 @@ def _loss_table(rows, title: str) -> Table:
 @circuit_app.command("validate")
 def circuit_validate_cmd(
     run_dir: Path = typer.Argument(..., help="A run folder."),
-    spec: Path = typer.Option(..., "--spec", help="circuit.json (its info.seed picks the member)."),
+    circuit: Path = typer.Option(..., "--circuit", "--spec", help="circuit.json (its info.seed picks the member); --spec is the old name."),
     checkpoint: Optional[int] = typer.Option(None, "--checkpoint", help="Step of the checkpoint (default: the last)."),
 ) -> None:
     """Combined and per-path ablation losses of a circuit (Appendix E, steps 5 and 6)."""
     from stackedheads.circuits.ablate import validate_run
 
-    rows = validate_run(run_dir, spec, checkpoint=checkpoint)
-    Console().print(_loss_table(rows, f"ablations of {spec}"))
+    rows = validate_run(run_dir, circuit, checkpoint=checkpoint)
+    Console().print(_loss_table(rows, f"ablations of {circuit}"))
 
 
 @circuit_app.command("discover")
