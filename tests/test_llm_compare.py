@@ -93,6 +93,12 @@ def test_claims_are_judged_per_model(two_runs, tmp_path):
     # 6 questions per formulation: shallow is below chance on relatives but n < LLM_MIN_N.
     assert found["L1 (shallow)"].verdict == claims.INCONCLUSIVE
     assert found["L1 (deep)"].verdict == claims.PASS
+    # `stackedheads claims DIR` (and results/ in the report) judge an llm-compare folder the same way,
+    # and a folder that holds one in comparison/.
+    assert [c.to_dict() for c in claims.folder_claims(tmp_path)] == [c.to_dict() for c in found.values()]
+    nested = tmp_path / "ref"
+    shutil.copytree(tmp_path, nested / "comparison", ignore=shutil.ignore_patterns("ref"))
+    assert [c.id for c in claims.folder_claims(nested)] == list(found)
 
 
 def _cells(acc: float, n: int, chance: float = 0.25) -> dict:

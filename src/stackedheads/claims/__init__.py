@@ -76,8 +76,8 @@ def collect(run: str | Path) -> list[Claim]:
 
 
 def folder_claims(folder: str | Path) -> list[Claim]:
-    """``stackedheads claims DIR``: the claims of a reproduce folder, a ``sweep figure4`` folder
-    or a ``sweep depth`` folder."""
+    """``stackedheads claims DIR``: the claims of a reproduce folder, a ``sweep figure4`` folder,
+    a ``sweep depth`` folder or an ``llm-compare`` folder."""
     from stackedheads import depth, sweep
 
     folder = Path(folder)
@@ -89,7 +89,12 @@ def folder_claims(folder: str | Path) -> list[Claim]:
         from stackedheads.claims import beyond
 
         return beyond.claims_from_folder(folder)
+    for comparison in (folder / "comparison.json", folder / "comparison" / "comparison.json"):
+        if comparison.exists():  # an `llm-compare` output (or a folder holding one)
+            from stackedheads.claims import sec4
+
+            return from_files(comparison.parent, lambda c=comparison: sec4.llm_claims(read_json(c)))
     config = read_json(folder / "config.json") if (folder / "config.json").exists() else None
     if isinstance(config, dict) and "preset" in config:
         return collect(folder)
-    raise UsageError(f"{folder} is neither a reproduce folder nor a `sweep figure4` or `sweep depth` folder")
+    raise UsageError(f"{folder} is neither a reproduce folder nor a `sweep figure4`, `sweep depth` or `llm-compare` folder")

@@ -86,7 +86,7 @@ def reproduce_cmd(
 
 @app.command("claims")
 def claims_cmd(
-    run_dir: Path = typer.Argument(..., help="A `reproduce` folder or a `sweep figure4` folder."),
+    run_dir: Path = typer.Argument(..., help="A `reproduce`, `sweep figure4`, `sweep depth` or `llm-compare` folder."),
     as_json: bool = typer.Option(False, "--json", help="Print the claims as a JSON list instead of a table."),
 ) -> None:
     """Re-evaluate every claim of a folder from its files (no training): PASS, FAIL, INCONCLUSIVE or NOT RUN."""
