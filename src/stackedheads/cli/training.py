@@ -65,6 +65,21 @@ def _with_config_options(fn):
 app.command("train")(_with_config_options(train_cmd))
 
 
+def _sweep_runner(name: str, executor: str, ray_address, ray_cpus_per_job: float, workers, threads):
+    """The progress display, the executor and the per-job callback every sweep verb uses: local
+    jobs report every step; Ray tasks run elsewhere, so a bar counts finished jobs instead."""
+    from stackedheads.executors import make_executor
+
+    bar, factory = progress_bar(name)
+    ray_options = {"cpus_per_job": ray_cpus_per_job} if executor == "ray" else {}
+    per_step = (lambda job: factory(job.name)) if executor == "local" else None
+    runner = make_executor(executor, ray_address, progress_factory=per_step, workers=workers, threads=threads, **ray_options)
+    if executor == "local":
+        return bar, runner, None
+    jobs_bar = factory("jobs")
+    return bar, runner, lambda job, i, n: jobs_bar(i, n)
+
+
 sweep_app = typer.Typer(help="Grids of training runs (Figure 4).", no_args_is_help=True)
 app.add_typer(sweep_app, name="sweep")
 
@@ -84,17 +99,11 @@ def sweep_figure4_cmd(
     """IC vs non-IC over layers x seeds: summary.csv, Figure 4 and the claims of Section 7.2."""
     from stackedheads import presets, sweep
     from stackedheads.claims import claims_table, sec7
-    from stackedheads.executors import make_executor
 
     spec = presets.figure4(preset, device=device, dtype=dtype)
-    bar, factory = progress_bar("figure4")
-    ray_options = {"cpus_per_job": ray_cpus_per_job} if executor == "ray" else {}
-    # Local jobs report every step; Ray tasks run elsewhere, so count finished jobs instead.
-    per_step = (lambda job: factory(job.name)) if executor == "local" else None
-    jobs_bar = factory("jobs") if executor != "local" else None
-    runner = make_executor(executor, ray_address, progress_factory=per_step, workers=workers, threads=threads, **ray_options)
+    bar, runner, on_done = _sweep_runner("figure4", executor, ray_address, ray_cpus_per_job, workers, threads)
     with bar:
-        sweep.run_figure4(spec, out, runner, on_done=(lambda job, i, n: jobs_bar(i, n)) if jobs_bar else None)
+        sweep.run_figure4(spec, out, runner, on_done=on_done)
     result = sec7.write_claims(out)
     Console().print(claims_table(sec7.figure4_claims(result), "Claims of Section 7.2 (Figure 4)"))
     console.print(f"summary: {out / 'summary.csv'}  claims: {out / 'claims.json'}  figure: {out / 'figure4.png'}")
@@ -119,7 +128,6 @@ def sweep_depth_cmd(
     """Beyond the paper: IC runs over D x layers, the depth phase diagram beside the exact theory, claims D1-D2."""
     from stackedheads import depth, presets
     from stackedheads.claims import beyond, claims_table
-    from stackedheads.executors import make_executor
 
     spec = presets.depth(
         preset,
@@ -129,13 +137,9 @@ def sweep_depth_cmd(
         device=device, dtype=dtype, steps=steps,
     )
     depth.check_folder(spec, out)  # before the progress bar, so a refusal is one line
-    bar, factory = progress_bar("depth")
-    ray_options = {"cpus_per_job": ray_cpus_per_job} if executor == "ray" else {}
-    per_step = (lambda job: factory(job.name)) if executor == "local" else None
-    jobs_bar = factory("jobs") if executor != "local" else None
-    runner = make_executor(executor, ray_address, progress_factory=per_step, workers=workers, threads=threads, **ray_options)
+    bar, runner, on_done = _sweep_runner("depth", executor, ray_address, ray_cpus_per_job, workers, threads)
     with bar:
-        result = depth.run_depth(spec, out, runner, on_done=(lambda job, i, n: jobs_bar(i, n)) if jobs_bar else None)
+        result = depth.run_depth(spec, out, runner, on_done=on_done)
     found = beyond.write_claims(out, result.rows)
     Console().print(_layers_table(result.table, beyond.d2_per_depth(result.rows)))
     Console().print(claims_table(found, beyond.SECTION))
