@@ -346,3 +346,46 @@ def test_flops_per_step() -> None:
     assert flops_per_step(no_mlp, B, T) == expected - B * 6 * L * 8 * d * d * T
     # matmul weights are most of the parameters: 6 * params * tokens is a close lower bound
     assert 0.9 < 6 * count_parameters(cfg) * B / flops_per_step(cfg, B, 1) < 1.1
+
+
+@pytest.mark.parametrize("members", [1, 3])
+def test_member_layer_norm_gradients_match_torch_and_threads(members: int) -> None:
+    """Per-member LayerNorm: the same values and gradients as torch's own LayerNorm applied to
+    each member, and bit-identical gain and bias gradients at 1 and 2 threads (torch's fused
+    backward splits those sums per thread; ours must not)."""
+    from stackedheads.model import LayerNorm
+
+    gen = torch.Generator().manual_seed(0)
+    d = 64
+    x = torch.randn(members, 32, 50, d, generator=gen, dtype=torch.float64)
+    grad = torch.randn(members, 32, 50, d, generator=gen, dtype=torch.float64)
+    ln = LayerNorm(members, d).double()
+    with torch.no_grad():
+        ln.weight.copy_(torch.randn(members, d, generator=gen))
+        ln.bias.copy_(torch.randn(members, d, generator=gen))
+    grads = {}
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            xi = x.clone().requires_grad_(True)
+            ln.zero_grad()
+            ln(xi).backward(grad)
+            grads[threads] = (xi.grad, ln.weight.grad.clone(), ln.bias.grad.clone())
+    finally:
+        torch.set_num_threads(before)
+    assert torch.get_num_threads() == before
+    for a, b in zip(grads[1], grads[2]):
+        assert torch.equal(a, b)
+    for e in range(members):
+        ref = torch.nn.LayerNorm(d, dtype=torch.float64, eps=1e-5)
+        with torch.no_grad():
+            ref.weight.copy_(ln.weight[e])
+            ref.bias.copy_(ln.bias[e])
+        xe = x[e].clone().requires_grad_(True)
+        out = ref(xe)
+        out.backward(grad[e])
+        assert torch.allclose(ln(x)[e], out, atol=1e-12)
+        assert torch.allclose(grads[1][0][e], xe.grad, atol=1e-10)
+        assert torch.allclose(grads[1][1][e], ref.weight.grad, atol=1e-9)
+        assert torch.allclose(grads[1][2][e], ref.bias.grad, atol=1e-9)

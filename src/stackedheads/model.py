@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -182,10 +182,12 @@ class _MemberLayerNorm(torch.autograd.Function):
     Forward: PyTorch's fused kernel, with the gain and bias inside it for one member; for
     several, the kernel normalises and ``addcmul`` applies each member's gain and bias (one
     pass; per-member gains cannot go into ``F.layer_norm``).
-    Backward: the fused kernel gives the input gradient; the gain and bias gradients are column
-    sums over every row, taken by :func:`column_sum` in an order that does not depend on the
-    number of threads (PyTorch's own LayerNorm backward and broadcast reductions split such
-    sums per thread, so a run's bits depended on its thread count).
+    Backward: the fused kernel gives the input gradient (per row, so threads cannot change it)
+    on every thread; the gain and bias gradients are column sums over every row, which the
+    fused kernel splits into one partial sum per thread, so a run's bits depended on its thread
+    count. They are taken by the same kernel on one thread (:func:`one_thread`): one fixed
+    order, two passes over the activations. The earlier chunked column sums in Python took
+    seven passes and made the sec9 step 1.2-1.4x slower (benchmarks/train_throughput.py).
     """
 
     @staticmethod
@@ -197,42 +199,45 @@ class _MemberLayerNorm(torch.autograd.Function):
             xhat, mean, rstd = torch.native_layer_norm(x, (d,), None, None, LN_EPS)
             shape = (E,) + (1,) * (x.ndim - 2) + (d,)  # broadcast over B, T
             out = torch.addcmul(bias.view(shape), xhat, weight.view(shape))
-        ctx.save_for_backward(x, mean, rstd, weight)
+        ctx.save_for_backward(x, mean, rstd, weight, bias)
         return out
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
-        x, mean, rstd, weight = ctx.saved_tensors
+        x, mean, rstd, weight, bias = ctx.saved_tensors
         E, d = x.shape[0], x.shape[-1]
-        shape = (E,) + (1,) * (x.ndim - 2) + (d,)
         grad_x = grad_w = grad_b = None
         if ctx.needs_input_grad[0]:
             # One member: its gain goes into the fused kernel; several: scale the gradient first.
+            shape = (E,) + (1,) * (x.ndim - 2) + (d,)
             g, w = (grad, weight[0]) if E == 1 else (grad * weight.view(shape), None)
             grad_x = torch.ops.aten.native_layer_norm_backward(g, x, (d,), mean, rstd, w, None, (True, False, False))[0]
-        if ctx.needs_input_grad[1]:
-            grad_xhat = torch.addcmul(-mean * rstd, x, rstd).mul_(grad)  # xhat = x rstd - mean rstd; * grad
-            grad_w = column_sum(grad_xhat.view(E, -1, d))
-        if ctx.needs_input_grad[2]:
-            grad_b = column_sum(grad.reshape(E, -1, d))
+        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+            # The kernel's gain gradient does not depend on the gain: member e's own is passed
+            # only because the kernel needs a defined one.
+            with one_thread() if x.device.type == "cpu" else nullcontext():
+                parts = [
+                    torch.ops.aten.native_layer_norm_backward(grad[e], x[e], (d,), mean[e], rstd[e], weight[e], bias[e], (False, True, True))[1:]
+                    for e in range(E)
+                ]
+            grad_w = torch.stack([p[0] for p in parts]) if ctx.needs_input_grad[1] else None
+            grad_b = torch.stack([p[1] for p in parts]) if ctx.needs_input_grad[2] else None
         return grad_x, grad_w, grad_b
 
 
-def column_sum(x: Tensor, rows_per_chunk: int = 64) -> Tensor:
-    """``x.sum(dim=1)`` for x: (E, R, d), in an order fixed by the shape alone.
-
-    Rows are summed in chunks of ``rows_per_chunk`` (many outputs: PyTorch splits the work
-    across outputs, never inside one sum), then the chunk sums are summed again the same way,
-    until one row is left. Zero rows pad R to a multiple of the chunk (they add nothing).
-    """
-    E, _, d = x.shape
-    while x.shape[1] > 1:
-        rows = x.shape[1]
-        chunks = -(-rows // rows_per_chunk)
-        if chunks * rows_per_chunk != rows:
-            x = torch.cat([x, x.new_zeros(E, chunks * rows_per_chunk - rows, d)], dim=1)
-        x = x.view(E, chunks, rows_per_chunk, d).sum(dim=2)
-    return x[:, 0]
+@contextmanager
+def one_thread():
+    """Run torch's CPU kernels on one thread inside the block (their reductions then sum in one
+    order, fixed by the shape), restoring the caller's count after."""
+    before = torch.get_num_threads()
+    if before == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 class Attention(nn.Module):
