@@ -354,6 +354,30 @@ def test_claims_command_on_a_sweep_folder(tmp_path):
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
+def test_claims_command_on_stage_folders_laid_out_by_hand(tmp_path):
+    """A run cut short of a preset (trained with `train`, circuits from `circuit discover`) in
+    reproduce's stage layout is judged like a reproduce folder: Section 8 from its files, the
+    stages it lacks NOT RUN."""
+    from stackedheads.claims import NOT_RUN, sec8
+    from stackedheads.claims._circuits import stage_from_files
+    from stackedheads.layout import CIRCUITS_RUN
+
+    stage = tmp_path / "circuits"
+    run = stage / "runs" / CIRCUITS_RUN
+    for args in (["train", "--preset", "sec8-smoke", "--steps", "20", "--out", str(run)],
+                 ["circuit", "discover", str(run), "--out", str(stage / "discovered")]):
+        r = subprocess.run([sys.executable, "-m", "stackedheads", *args], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, "-m", "stackedheads", "claims", str(tmp_path), "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    listed = {c["id"]: c for c in json.loads(r.stdout)}
+    direct = {c.id: c for c in sec8.circuit_claims(stage_from_files(stage, CIRCUITS_RUN))}
+    assert [listed[k]["verdict"] for k in direct] == [c.verdict for c in direct.values()]
+    assert all(c.verdict != NOT_RUN for c in direct.values())
+    assert {listed[k]["verdict"] for k in ("C0", "E1", "T1")} == {NOT_RUN}
+
+
 def test_the_paper_preset_carries_the_absolute_threshold(monkeypatch, tmp_path):
     """App. E: the paper preset's discovery uses the absolute 0.05 per position; CPU twins a
     budget relative to each position's unablated loss (the report states which)."""

@@ -55,6 +55,7 @@ from stackedheads.claims._core import (
     read_jsonl,
 )
 from stackedheads.errors import UsageError
+from stackedheads.layout import STAGE_NAMES
 
 __all__ = [
     "FAIL", "INCONCLUSIVE", "NOT_RUN", "PASS", "SECTIONS", "VERDICTS", "Claim", "Section",
@@ -77,7 +78,9 @@ def collect(run: str | Path) -> list[Claim]:
 
 def folder_claims(folder: str | Path) -> list[Claim]:
     """``stackedheads claims DIR``: the claims of a reproduce folder, a ``sweep figure4`` folder,
-    a ``sweep depth`` folder or an ``llm-compare`` folder."""
+    a ``sweep depth`` folder or an ``llm-compare`` folder. A folder with only some of
+    ``reproduce``'s stage folders (``circuits/runs/transformers-A-C``, ``circuits/discovered``,
+    ...; see :mod:`stackedheads.layout`) is judged as a reproduce folder."""
     from stackedheads import depth, sweep
 
     folder = Path(folder)
@@ -97,4 +100,11 @@ def folder_claims(folder: str | Path) -> list[Claim]:
     config = read_json(folder / "config.json") if (folder / "config.json").exists() else None
     if isinstance(config, dict) and "preset" in config:
         return collect(folder)
-    raise UsageError(f"{folder} is neither a reproduce folder nor a `sweep figure4`, `sweep depth` or `llm-compare` folder")
+    if any((folder / stage / "runs").is_dir() for stage in STAGE_NAMES):
+        # Stage folders laid out by hand (a run cut short of a preset, trained with `train`, its
+        # circuits from `circuit discover`): judged like a reproduce folder, the rest NOT RUN.
+        return collect(folder)
+    raise UsageError(
+        f"{folder} is neither a reproduce folder (or one holding a stage folder such as circuits/runs/) "
+        "nor a `sweep figure4`, `sweep depth` or `llm-compare` folder"
+    )
