@@ -69,6 +69,29 @@ def test_rerun_skips_finished_stages_and_resumes_an_unfinished_one(smoke, tmp_pa
     assert len(attempts) == 2 and json.loads(attempts[1])["resumed_from"] == 40
 
 
+def test_a_published_emergence_stage_is_judged_in_the_reference_section(smoke, tmp_path):
+    """results/sec9 is a reproduce folder's emergence stage: published, its Section 9 claims are
+    re-judged from the kept files alone (as the run judged them), and the stages it did not run
+    are left out of the reference section instead of listed as NOT RUN."""
+    from stackedheads import references
+
+    ref = references.publish(
+        smoke, tmp_path / "results" / "sec9", title="Transformer D (smoke)", command="c", commit="0" * 40, wall_s=1.0,
+        include=("emergence/done.json", "emergence/runs/transformer-D/*.json", "emergence/runs/transformer-D/metrics.csv",
+                 "emergence/discovered/seed*/*", "emergence/timeline/seed*/*"),
+    )
+    assert not any(f.endswith(".safetensors") for f in ref.files)
+    loaded = references.load(tmp_path / "results" / "sec9")
+    own = {c.id: c.verdict for c in claims.collect(smoke) if c.id.startswith("E")}
+    assert {c.id: c.verdict for c in loaded["claims"]} == own and len(own) == 4
+    page = tmp_path / "page"
+    page.mkdir()
+    (page / "config.json").write_text(json.dumps({"preset": {"name": "custom"}}))
+    text = write_report(page, tmp_path / "results").read_text()
+    section = text[text.index('id="references"'):text.index('id="run"')]
+    assert "Transformer D (smoke)" in section and ">E3</td>" in section and "NOT RUN" not in section
+
+
 def test_another_preset_in_the_same_folder_is_refused(smoke, tmp_path, cli_process):
     out = tmp_path / "copy"
     shutil.copytree(smoke, out)

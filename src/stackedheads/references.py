@@ -109,8 +109,8 @@ def results_dir() -> Path | None:
 
 
 def load(folder: Path) -> dict:
-    """One reference for the report: how it was made, its claims re-judged from its files, its
-    figures and its tables."""
+    """One reference for the report: how it was made, its claims re-judged from its files (those
+    of the stages it ran), its figures and its tables."""
     from stackedheads import claims as claims_mod
 
     ref = json.loads((folder / REFERENCE_FILE).read_text(encoding="utf-8"))
@@ -126,6 +126,8 @@ def load(folder: Path) -> dict:
         phase = json.loads((folder / "phase.json").read_text(encoding="utf-8"))
         tables.append({"title": "Layers needed per D: trained (every seed) vs theory",
                        **beyond.layers_rows(phase, beyond.d2_per_depth(read_results(folder)))})
+    # A reference covers the stages it ran: the others' NOT RUN rows would only be noise.
+    found = [c for c in found if c.verdict != claims_mod.NOT_RUN]
     return {**ref, "claims": found, "tables": tables, "folder": folder}
 
 
