@@ -90,6 +90,9 @@ def test_a_published_emergence_stage_is_judged_in_the_reference_section(smoke, t
     text = write_report(page, tmp_path / "results").read_text()
     section = text[text.index('id="references"'):text.index('id="run"')]
     assert "Transformer D (smoke)" in section and ">E3</td>" in section and "NOT RUN" not in section
+    # Its nested figures are shown, captioned by where they lie.
+    assert "emergence / timeline / seed0 / losses" in section
+    assert (page / "report" / "img" / "sec9__emergence__timeline__seed0__losses.png").exists()
 
 
 def test_another_preset_in_the_same_folder_is_refused(smoke, tmp_path, cli_process):

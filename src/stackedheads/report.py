@@ -223,7 +223,11 @@ def write_report(run_dir: str | Path, reference_root: Path | None = None) -> Pat
     refs = references.load_all(reference_root)
     ref_figs = _Figures(reference_root, report) if refs else None
     for ref in refs:
-        ref["figures"] = ref_figs.glob(ref["folder"], "*.png", lambda p: p.stem.replace("_", " "))
+        # Every figure a reference kept, nested ones too (a published stage folder keeps its
+        # circuit, timeline and maps under emergence/ or circuits/), captioned by their path.
+        ref["figures"] = ref_figs.glob(
+            ref["folder"], "**/*.png", lambda p, f=ref["folder"]: " / ".join(p.relative_to(f).with_suffix("").parts).replace("_", " ")
+        )
         ref["wall"] = _duration(ref["wall_s"]) if ref.get("wall_s") else "unknown"
     llm = shaped(run / "llm", lambda: _llm_section(run / "llm"))
     env = jinja2.Environment(
