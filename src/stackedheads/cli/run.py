@@ -127,10 +127,12 @@ def publish_cmd(
     wall_s: Optional[float] = typer.Option(None, "--wall-s", help="The run's wall time in seconds."),
     commit: Optional[str] = typer.Option(None, "--commit", help="The commit the run's code came from (default: HEAD)."),
     notes: str = typer.Option("", "--notes", help="What was cut or differs from the paper's settings."),
-    include: list[str] = typer.Option([], "--include", help="Extra files to keep, as globs relative to RUN_DIR (repeatable)."),
+    include: list[str] = typer.Option([], "--include", help="Extra files to keep, as globs inside RUN_DIR (repeatable; each must match a file; symbolic links are refused)."),
     results: Optional[Path] = typer.Option(None, "--results", help="The results folder (default: the repository's results/)."),
 ) -> None:
-    """Keep a run's small files (configs, metrics, summaries, claims, figures; never checkpoints) in results/NAME with how it was made."""
+    """Keep a run's small files (configs, metrics, summaries, claims, figures; never checkpoints) in results/NAME with how it was made.
+
+    Refuses, before writing anything, a file that git would ignore in results/ (a clone would lack it)."""
     import re
 
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
