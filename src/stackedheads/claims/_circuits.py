@@ -84,10 +84,14 @@ def per_seed(seeds, each) -> tuple[str, str]:
     return combine(v for _, v, _ in results), "; ".join(f"seed {s}: {t}" for s, _, t in results)
 
 
-def gated(train: dict, each):
-    """``each`` only where the seed's model has learned the task, else INCONCLUSIVE."""
+def gated(stage: dict, each):
+    """``each`` only where the seed's model has learned the task, else INCONCLUSIVE (also when
+    the training summary that says so is missing)."""
+    train = stage["train"]
 
     def run(s):
+        if train is None:
+            return INCONCLUSIVE, no_summary(stage)
         ok, why = learned(train, s)
         return each(s) if ok else (INCONCLUSIVE, why.split(": ", 1)[1])
 
@@ -96,11 +100,20 @@ def gated(train: dict, each):
 
 
 def stage_from_files(stage_dir: Path, run_name: str) -> dict | None:
-    """A circuits/emergence stage's training summary and discovered circuits, from its files."""
+    """A circuits/emergence stage's training summary and discovered circuits, from its files.
+
+    Circuits whose run summary is gone (a reference whose run folder was lost) keep ``train``
+    None and name the file in ``missing``: the claims that need it say so instead of NOT RUN."""
     train = read_json(stage_dir / "runs" / run_name / "summary.json")
     found = {
         p.parent.name[4:]: read_json(p) for p in sorted((stage_dir / "discovered").glob("seed*/summary.json"))
     }
-    if not train or not found:
+    if not found:
         return None
+    if not train:
+        return {"train": None, "missing": f"{stage_dir.name}/runs/{run_name}/summary.json", "circuits": found}
     return {"train": train, "circuits": {s: f for s, f in found.items() if s in train["seeds"]}}
+
+
+def no_summary(stage: dict) -> str:
+    return f"{stage['missing']} is missing (the training run's final losses this claim needs)"

@@ -8,6 +8,7 @@ from stackedheads.claims._circuits import (
     first_head_pairs,
     gated,
     kept_below,
+    no_summary,
     per_seed,
     stage_from_files,
     validation,
@@ -41,6 +42,8 @@ def circuit_claims(stage: dict | None) -> list[Claim]:
     if not stage or not stage.get("circuits"):
         return [not_run(sec, k, p, "circuits") for k, p in ps.items()]
     train, found = stage["train"], stage["circuits"]
+    if train is None:  # A1 reads the final losses and A2-A5 are gated on them
+        return [Claim(sec, k, p, no_summary(stage), INCONCLUSIVE) for k, p in ps.items()]
     model = train["config"].get("model", train["config"])  # nested since configs were split
     n_heads = model["n_layers"] * model["n_heads"]
     depth = train["config"]["task"]["depth"]
@@ -97,7 +100,7 @@ def circuit_claims(stage: dict | None) -> list[Claim]:
 
     out = [Claim(sec, "A1", ps["A1"], *reversed(per_seed(seeds, a1)))]
     for cid, fn in (("A2", a2), ("A3", lambda s: validation(found[s])), ("A4", a4), ("A5", a5)):
-        out.append(Claim(sec, cid, ps[cid], *reversed(per_seed(seeds, gated(train, fn)))))
+        out.append(Claim(sec, cid, ps[cid], *reversed(per_seed(seeds, gated(stage, fn)))))
     return out
 
 

@@ -32,7 +32,7 @@ def emergence_claims(stage: dict | None, timeline_dir: Path | None) -> list[Clai
     sec, ps = SEC9, _SEC9_PAPER
     if not stage or not stage.get("circuits"):
         return [not_run(sec, k, p, "emergence") for k, p in ps.items()]
-    train, found = stage["train"], stage["circuits"]
+    found = stage["circuits"]
     seeds = sorted(found, key=int)
     timelines = {s: read_json(timeline_dir / f"seed{s}" / "timeline.json") if timeline_dir else None for s in seeds}
 
@@ -96,9 +96,9 @@ def emergence_claims(stage: dict | None, timeline_dir: Path | None) -> list[Clai
         return verdict, f"{order}: first evaluated step below the C2 threshold: {shown}"
 
     return [
-        Claim(sec, "E1", ps["E1"], *reversed(per_seed(seeds, gated(train, e1)))),
-        Claim(sec, "E2", ps["E2"], *reversed(per_seed(seeds, gated(train, timed(e2))))),
-        Claim(sec, "E3", ps["E3"], *reversed(per_seed(seeds, gated(train, timed(e3))))),
+        Claim(sec, "E1", ps["E1"], *reversed(per_seed(seeds, gated(stage, e1)))),
+        Claim(sec, "E2", ps["E2"], *reversed(per_seed(seeds, gated(stage, timed(e2))))),
+        Claim(sec, "E3", ps["E3"], *reversed(per_seed(seeds, gated(stage, timed(e3))))),
         Claim(sec, "E4", ps["E4"], *reversed(per_seed(seeds, timed(e4)))),
     ]
 
