@@ -1,0 +1,234 @@
+"""Reference results (references.py, `stackedheads publish`): what results/ keeps is what a fresh
+clone has (issue 25), publish never reaches outside its source or writes what git ignores, and
+the tracked references judge as the README says."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stackedheads import claims, references
+from stackedheads.errors import UsageError
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT_GITIGNORE = ROOT / ".gitignore"
+
+
+def git(*args: object, cwd: Path) -> str:
+    r = subprocess.run(["git", *map(str, args)], cwd=cwd, capture_output=True, text=True, check=True)
+    return r.stdout
+
+
+def git_repo(path: Path, gitignore: str) -> Path:
+    path.mkdir(parents=True)
+    git("init", "-q", cwd=path)
+    (path / ".gitignore").write_text(gitignore)
+    return path
+
+
+def a_run(path: Path) -> Path:
+    """A folder laid out like reproduce's circuits stage: a run with its config, summary and metrics."""
+    run = path / "circuits" / "runs" / "transformers-A-C"
+    run.mkdir(parents=True)
+    for name in ("config.json", "summary.json"):
+        (run / name).write_text("{}\n")
+    (run / "metrics.csv").write_text("step,seed\n1,0\n")
+    (run / "step_000001.safetensors").write_bytes(b"\0" * 16)  # never published
+    (path / "notes.md").write_text("a top-level file\n")
+    return path
+
+
+INCLUDE = ("--include", "circuits/runs/*/*.json", "--include", "circuits/runs/*/metrics.csv")
+
+
+def publish(cli, src: Path, results: Path, *extra: object):
+    return cli("publish", src, "--name", "ref", "--title", "t", "--command", "c", "--commit", "0" * 40,
+               "--results", results, *extra)
+
+
+def refused(r, *words: str) -> None:
+    assert r.code == 2, r
+    assert len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err, r.err
+    for w in words:
+        assert w in r.err, r.err
+
+
+def test_publish_refuses_a_file_git_would_ignore_and_writes_nothing(cli, tmp_path):
+    """The old unanchored `runs/` ignored results/*/circuits/runs/...: a clone lacked them."""
+    src = a_run(tmp_path / "src")
+    old = git_repo(tmp_path / "old", "runs/\n")
+    r = publish(cli, src, old / "results", *INCLUDE)
+    refused(r, "ignored by git", "runs/", "circuits/runs/transformers-A-C")
+    assert not (old / "results").exists()
+    # The project's own .gitignore keeps them.
+    new = git_repo(tmp_path / "new", PROJECT_GITIGNORE.read_text())
+    r = publish(cli, src, new / "results", *INCLUDE)
+    assert r.code == 0, r.err
+    ref = json.loads((new / "results" / "ref" / "reference.json").read_text())
+    assert ref["files"] == ["notes.md", "circuits/runs/transformers-A-C/config.json",
+                            "circuits/runs/transformers-A-C/summary.json", "circuits/runs/transformers-A-C/metrics.csv"]
+    assert git("status", "--porcelain", "--untracked-files=all", "results", cwd=new).count("?? results/ref/") == 5
+
+
+@pytest.mark.parametrize("where", ["top level", "inside an included folder", "a linked folder", "a broken link"])
+def test_publish_refuses_symbolic_links(cli, tmp_path, where):
+    src = a_run(tmp_path / "src")
+    secret = tmp_path / "outside" / "secret.json"
+    secret.parent.mkdir()
+    secret.write_text('{"password": "x"}')
+    run = src / "circuits" / "runs" / "transformers-A-C"
+    if where == "top level":
+        (src / "passwd.json").symlink_to(secret)
+    elif where == "inside an included folder":
+        (run / "leak.json").symlink_to(secret)
+    elif where == "a linked folder":
+        (src / "circuits" / "runs" / "linked").symlink_to(secret.parent, target_is_directory=True)
+    else:
+        (src / "gone.json").symlink_to(tmp_path / "nothing.json")
+    r = publish(cli, src, tmp_path / "results", *INCLUDE)
+    refused(r, "symbolic link")
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("pattern", ["../../*.json", "../outside/*.json", "circuits/../../*.json", "/etc/*.conf", "", "nothing/*.json"])
+def test_include_stays_inside_the_source_and_must_match(cli, tmp_path, pattern):
+    src = a_run(tmp_path / "deep" / "src")
+    (tmp_path / "deep" / "outside").mkdir()
+    (tmp_path / "deep" / "outside" / "x.json").write_text("{}")
+    (tmp_path / "top.json").write_text("{}")
+    before = sorted(tmp_path.rglob("*"))
+    r = publish(cli, src, tmp_path / "results", "--include", pattern)
+    refused(r, "--include")
+    assert sorted(tmp_path.rglob("*")) == before  # nothing written, inside results/ or outside it
+
+
+@pytest.mark.parametrize("wall", ["nan", "inf", "-inf", "-1"])
+def test_a_wall_time_that_is_not_a_finite_number_is_refused_before_writing(cli, tmp_path, wall):
+    src = a_run(tmp_path / "src")
+    r = publish(cli, src, tmp_path / "results", f"--wall-s={wall}")
+    refused(r, "--wall-s")
+    assert not (tmp_path / "results").exists()
+    assert publish(cli, src, tmp_path / "results", "--wall-s=12.5").code == 0
+    assert json.loads((tmp_path / "results" / "ref" / "reference.json").read_text())["wall_s"] == 12.5
+
+
+def test_the_loader_refuses_a_reference_whose_listed_file_is_missing(cli, tmp_path):
+    src = a_run(tmp_path / "src")
+    assert publish(cli, src, tmp_path / "results", *INCLUDE).code == 0
+    folder = tmp_path / "results" / "ref"
+    assert references.load(folder)["files"][-1] == "circuits/runs/transformers-A-C/metrics.csv"
+    (folder / "circuits" / "runs" / "transformers-A-C" / "summary.json").unlink()
+    with pytest.raises(UsageError, match="lists circuits/runs/transformers-A-C/summary.json, which is not a file in it"):
+        references.load(folder)
+    ref = json.loads((folder / "reference.json").read_text())
+    (folder / "reference.json").write_text(json.dumps({**ref, "files": ["notes.md", "../../src/notes.md"]}))
+    with pytest.raises(UsageError, match=r"lists \.\./\.\./src/notes\.md"):
+        references.load(folder)
+
+
+# --- the references the repository keeps ------------------------------------------------------
+
+
+def tracked(folder: str) -> list[str]:
+    """The files of ``folder`` that git tracks, relative to the repository (what a clone has)."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    return git("ls-files", "-z", folder, cwd=ROOT).split("\0")[:-1]
+
+
+def fresh_copy(tmp_path: Path, name: str) -> Path:
+    """results/NAME as a fresh clone of this working tree has it: the tracked files only."""
+    for rel in tracked(f"results/{name}"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / rel, tmp_path / rel)
+    return tmp_path / "results" / name
+
+
+def test_every_tracked_reference_lists_only_tracked_files():
+    refs = [p for p in tracked("results") if p.count("/") == 2 and p.endswith("/" + references.REFERENCE_FILE)]
+    assert {"results/sec8/reference.json", "results/sec9/reference.json", "results/depth/reference.json"} <= set(refs)
+    files = set(tracked("results"))
+    for path in refs:
+        folder = path.rsplit("/", 1)[0]
+        listed = json.loads((ROOT / path).read_text())["files"]
+        assert listed and {f"{folder}/{f}" for f in listed} <= files, (path, sorted({f"{folder}/{f}" for f in listed} - files))
+        references.load(ROOT / folder)
+
+
+def test_results_sec9_judges_as_the_readme_says_from_a_fresh_clone(tmp_path):
+    folder = fresh_copy(tmp_path, "sec9")
+    found = {c.id: c for c in claims.folder_claims(folder) if c.id.startswith("E")}
+    assert {k: c.verdict for k, c in found.items()} == {
+        "E1": claims.INCONCLUSIVE, "E2": claims.INCONCLUSIVE, "E3": claims.FAIL, "E4": claims.PASS}
+    assert "above the threshold for x1, x2, x4" in found["E1"].measured
+    assert "x1 800, x2 1200, x3 1600, x4 2080" in found["E4"].measured
+    assert [c.id for c in references.load(folder)["claims"]] == ["E1", "E2", "E3", "E4"]
+    # Without its run's summary the gated claims name the missing file; E4 needs only the timeline.
+    (folder / "emergence" / "runs" / "transformer-D" / "summary.json").unlink()
+    found = {c.id: c for c in claims.folder_claims(folder) if c.id.startswith("E")}
+    assert {k: c.verdict for k, c in found.items()} == {
+        "E1": claims.INCONCLUSIVE, "E2": claims.INCONCLUSIVE, "E3": claims.INCONCLUSIVE, "E4": claims.PASS}
+    assert all("emergence/runs/transformer-D/summary.json is missing" in found[k].measured for k in ("E1", "E2", "E3"))
+    with pytest.raises(UsageError, match="summary.json, which is not a file in it"):
+        references.load(folder)
+
+
+def test_the_recovered_sec9_run_files_are_what_its_reproduce_stage_read():
+    """emergence/done.json's "train" is the run's summary.json as reproduce read it; the
+    regenerated summary.json and config.json must say exactly the same."""
+    stage = ROOT / "results" / "sec9" / "emergence"
+    done = json.loads((stage / "done.json").read_text())
+    run = stage / "runs" / "transformer-D"
+    assert json.loads((run / "summary.json").read_text()) == done["train"]
+    assert json.loads((run / "config.json").read_text()) == done["train"]["config"]
+
+
+def test_results_sec8_judges_without_an_error_from_a_fresh_clone(tmp_path, cli):
+    folder = fresh_copy(tmp_path, "sec8")
+    r = cli("claims", folder, "--json")
+    assert r.code == 0, r.err
+    found = {c["id"]: c for c in json.loads(r.out) if c["id"].startswith("A")}
+    assert {k: c["verdict"] for k, c in found.items()} == dict.fromkeys(("A1", "A2", "A3", "A4", "A5"), claims.INCONCLUSIVE)
+    assert all("circuits/runs/transformers-A-C/summary.json is missing" in c["measured"] for c in found.values())
+    assert [c.id for c in references.load(folder)["claims"]] == ["A1", "A2", "A3", "A4", "A5"]
+
+
+@pytest.mark.slow
+def test_a_published_run_is_judged_the_same_from_a_clone(cli, tmp_path):
+    """Train (sec8-smoke), discover its circuit, publish into a git repository with the project's
+    .gitignore, commit, clone, and re-judge from the clone: the same claims as the run's own."""
+    run = tmp_path / "R"
+    stage = run / "circuits"
+    model = stage / "runs" / "transformers-A-C"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for args in (["train", "--preset", "sec8-smoke", "--steps", "20", "--threads", "1", "--out", model],
+                 ["circuit", "discover", model, "--out", stage / "discovered"]):
+        r = subprocess.run([sys.executable, "-m", "stackedheads", *map(str, args)], capture_output=True, text=True, env=env)
+        assert r.returncode == 0, r.stderr
+    repo = git_repo(tmp_path / "repo", PROJECT_GITIGNORE.read_text())
+    r = cli("publish", run, "--name", "smoke", "--title", "sec8-smoke", "--command", "c", "--wall-s", "1",
+            "--results", repo / "results", "--include", "circuits/runs/*/*.json", "--include", "circuits/runs/*/metrics.csv",
+            "--include", "circuits/discovered/seed*/*")
+    assert r.code == 0, r.err
+    git("add", ".", cwd=repo)
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "publish", cwd=repo)
+    git("clone", "-q", repo, tmp_path / "clone", cwd=tmp_path)
+    listed = json.loads((tmp_path / "clone" / "results" / "smoke" / "reference.json").read_text())["files"]
+    assert "circuits/runs/transformers-A-C/metrics.csv" in listed
+    assert all((tmp_path / "clone" / "results" / "smoke" / f).is_file() for f in listed)
+
+    def judged(folder: Path) -> dict:
+        r = subprocess.run([sys.executable, "-m", "stackedheads", "claims", str(folder), "--json"],
+                           capture_output=True, text=True, env=env)
+        assert r.returncode == 0, r.stderr
+        return {c["id"]: (c["verdict"], c["measured"]) for c in json.loads(r.stdout) if c["id"].startswith("A")}
+
+    own = judged(run)
+    assert len(own) == 5 and all(v != claims.NOT_RUN for v, _ in own.values())
+    assert judged(tmp_path / "clone" / "results" / "smoke") == own
