@@ -1,33 +1,34 @@
-"""Training speed, old path against new path, on an idle machine and beside a busy process.
+"""Training speed: a base commit against this tree, per dtype, eager and compiled.
 
-Issue 17 asked for the training step at the quick, sec8 and sec9 sizes, measured where users run
-it: a small CPU that is sometimes busy. Each measurement runs in a fresh worker process (the
-OpenMP spin policy is read once, when torch loads) and prints one JSON line; this script starts
-the workers, one at a time, and prints the table. Both paths train the same model on the same
-batches:
+Issue 24 asked for the CPU step near the chip's limit: bfloat16 activations (the chip's bf16
+matmuls run 2.4-3.7x its float32 ones) and fusion, measured against the step of commit
+b410c0f in float32. The base commit is checked out into a temporary git worktree and run from
+there, so both sides are the real library of their commit, on the same batches. Each
+measurement runs in a fresh worker process (the OpenMP spin policy is read once, when torch
+loads) and prints one JSON line; this script starts the workers one at a time and prints tables.
 
-* ``old``: the step before the speed work (``benchmarks/legacy.py``: LayerNorm gain and bias,
-  output bias and residual as separate passes, every row of the last block, single-tensor
-  AdamW), torch's default threads and OpenMP spin policy, one job after another;
-* ``new``: the library as it is (fused LayerNorm affine, residual on the output matmul, query
-  rows only in the last block, fused AdamW), ``stackedheads.perf``'s spin policy, and for the
-  sweep the local executor's plan (one single-thread worker per core).
+Variants (``--variants``; a name is ``TREE-DTYPE[-compile]``):
+
+* ``base-float32``: the base commit (``--base``, default b410c0f), float32;
+* ``new-float32``, ``new-bfloat16``: this tree, eager, under autocast for bfloat16;
+* ``new-bfloat16-compile``: this tree with ``torch.compile`` (inductor's fused C++ on a CPU);
+  its compile time is reported apart, since a run pays it once.
 
 Measurements:
 
-1. ``step``: seconds per training step (forward, backward, clipping, AdamW) plus its share of
-   evaluation (the preset's evaluations per step times one evaluation), per size; MFU against
-   the float32 matmul peak measured in the same run;
-2. ``profile``: where a step's time goes, by operator family (torch.profiler), old and new;
-3. ``sweep``: the quick Figure 4 sweep (6 jobs) shortened to ``--sweep-steps`` steps per job
-   with evaluations scaled to keep their share, wall time, old and new;
-4. each of 1 and 3 again with one busy process beside it (``--busy``: a pure-Python loop
-   pinned to no core, as a browser tab or another job would be).
+1. ``step``: seconds per training step (forward, backward, per-member clipping, AdamW) plus
+   data generation and its share of evaluation, per size; MFU against the float32 and the
+   bfloat16 matmul peak measured in the same run (2048^3 products);
+2. ``profile``: where a step's time goes, by operator family (torch.profiler), for the first
+   and the last variant;
+3. ``sweep``: the quick Figure 4 sweep shortened to ``--sweep-steps`` steps per job (6 jobs),
+   base float32 against this tree in the dtype of the last variant (with ``--sweep``).
 
 Run (idle machine: nothing else heavy running)::
 
-    .venv/bin/python benchmarks/train_throughput.py            # everything, ~15 minutes on 2 cores
-    .venv/bin/python benchmarks/train_throughput.py --quick    # steps at the quick size only, ~1 minute
+    .venv/bin/python benchmarks/train_throughput.py                  # steps + profile, ~10 minutes on 2 cores
+    .venv/bin/python benchmarks/train_throughput.py --sizes quick    # one size
+    .venv/bin/python benchmarks/train_throughput.py --sweep          # and the shortened quick sweep
 
 The last line is JSON with every number.
 """
@@ -41,58 +42,89 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 SIZES = ("quick", "sec8", "sec9")
+BASE = "b410c0f"
+VARIANTS = ("base-float32", "new-float32", "new-bfloat16", "new-bfloat16-compile")
+STEPS = {"quick": 20, "sec8": 6, "sec9": 6}
 # Operator families of the profile (torch.profiler op names, self CPU time).
 FAMILIES = {
     "attention": ("scaled_dot_product", "softmax", "masked_fill"),
     "matmuls (projections, MLP)": ("bmm", "baddbmm", "addmm", "aten::mm", "matmul"),
     "MLP activation": ("gelu",),
     "LayerNorm": ("layer_norm", "addcmul"),
+    "casts (float32 <-> bfloat16)": ("_to_copy", "aten::to"),
     "optimizer": ("adam", "Optimizer"),
+    "compiled kernels (fused)": ("CompiledFunction", "cpp_fused", "Torch-Compiled Region", "graph_"),
 }
+
+
+def parse_variant(name: str) -> dict:
+    tree, dtype, *rest = name.split("-")
+    if tree not in ("base", "new") or dtype not in ("float32", "bfloat16") or rest not in ([], ["compile"]):
+        raise SystemExit(f"bad variant {name!r}: TREE-DTYPE[-compile], TREE base or new, DTYPE float32 or bfloat16")
+    return {"tree": tree, "dtype": dtype, "compile": bool(rest)}
 
 
 # --------------------------------------------------------------------------- worker side
 
 
-def _worker(spec: dict) -> dict:
-    sys.path.insert(0, str(HERE))
+def _setup(spec: dict):
+    """The preset's config, model, optimizer and batches of whichever tree this worker imports."""
     import torch
 
     from stackedheads import presets
     from stackedheads.perf import keep_freed_memory
+    from stackedheads.training import loop as t  # the names the loop trains with, in either tree
 
     keep_freed_memory()
-    if spec["path"] == "old":
-        import legacy
-
-        legacy.patch_train()
-    if spec["kind"] == "sweep":
-        return _sweep(spec)
-    import stackedheads.training.loop as t  # the names the loop trains with (legacy.py patches them)
-
     cfg = presets.get(spec["size"])
-    if spec["kind"] == "profile":
-        return _profile(cfg, t)
     model = t.EnsembleTransformer(cfg.model_config(), seeds=list(cfg.seeds))
     opt = t.make_optimizer(model, cfg)
+    forward = torch.compile(model) if spec["compile"] else model
+    dtype = getattr(torch, spec["dtype"])
     caches = [{} for _ in cfg.seeds]
-    batches = [t.member_batches(cfg, i, caches) for i in range(spec["steps"] + 2)]
 
     def step(b) -> None:
-        pred = model(b.inputs)
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+            pred = forward(b.inputs)
         loss = t.member_mse(pred, b.targets)
         opt.zero_grad(set_to_none=True)
         loss.sum().backward()
         t.clip_grad_norm_per_member_(model, cfg.optim.grad_clip or 1.0)
         opt.step()
 
-    for b in batches[:2]:  # warm-up: AdamW allocates its state, the allocator its arenas
+    return cfg, t, model, forward, dtype, caches, step
+
+
+def _evals_per_step(cfg) -> float:
+    n = cfg.n_evals() if hasattr(cfg, "n_evals") else len(cfg.eval_steps())  # the base has a set
+    return n / cfg.steps
+
+
+def _evaluate(t, forward, val, cfg, dtype) -> None:
+    import torch
+
+    cfg = cfg.override(dtype="bfloat16" if dtype == torch.bfloat16 else "float32")
+    t.evaluate(forward, val, cfg)
+
+
+def _worker(spec: dict) -> dict:
+    if spec["kind"] == "sweep":
+        return _sweep(spec)
+    if spec["kind"] == "profile":
+        return _profile(spec)
+    import torch
+
+    cfg, t, model, forward, dtype, caches, step = _setup(spec)
+    batches = [t.member_batches(cfg, i, caches) for i in range(spec["steps"] + 2)]
+    c0 = time.perf_counter()
+    for b in batches[:2]:  # warm-up: AdamW allocates its state, the allocator its arenas, inductor compiles
         step(b)
+    warmup = time.perf_counter() - c0
     t0 = time.perf_counter()
     for b in batches[2:]:
         step(b)
@@ -102,51 +134,43 @@ def _worker(spec: dict) -> dict:
         t.member_batches(cfg, 100 + i, caches)
     data = (time.perf_counter() - data0) / 3
     val = t.validation_batch(cfg)
-    t.evaluate(model, val, cfg)
+    _evaluate(t, forward, val, cfg, dtype)
     e0 = time.perf_counter()
-    t.evaluate(model, val, cfg)
+    _evaluate(t, forward, val, cfg, dtype)
     one_eval = time.perf_counter() - e0
-    evals_per_step = len(cfg.eval_steps()) / cfg.steps
     from stackedheads.model import flops_per_step
 
     flops = flops_per_step(cfg.model_config(), cfg.batch_size, cfg.task.seq_len, len(cfg.seeds))
     return {
-        "step_s": per_step, "data_s": data, "eval_s": one_eval, "evals_per_step": evals_per_step,
-        "step_with_eval_s": per_step + data + evals_per_step * one_eval,
-        "gflops": flops / per_step / 1e9, "threads": torch.get_num_threads(),
+        "step_s": per_step, "data_s": data, "eval_s": one_eval, "evals_per_step": _evals_per_step(cfg),
+        "step_with_eval_s": per_step + data + _evals_per_step(cfg) * one_eval,
+        "warmup_s": warmup, "gflops": flops / per_step / 1e9, "threads": torch.get_num_threads(),
     }
 
 
-def _profile(cfg, t) -> dict:
+def _profile(spec: dict) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
-    model = t.EnsembleTransformer(cfg.model_config(), seeds=list(cfg.seeds))
-    opt = t.make_optimizer(model, cfg)
-    caches = [{} for _ in cfg.seeds]
+    cfg, t, model, forward, dtype, caches, step = _setup(spec)
     val = t.validation_batch(cfg)
-    times = {"data generation": 0.0, "evaluation (its share per step)": 0.0}
+    times = {"data generation": 0.0}
 
-    def step(i: int) -> None:
+    def timed_step(i: int) -> None:
         d0 = time.perf_counter()
         b = t.member_batches(cfg, i, caches)
         times["data generation"] += time.perf_counter() - d0
-        pred = model(b.inputs)
-        loss = t.member_mse(pred, b.targets)
-        opt.zero_grad(set_to_none=True)
-        loss.sum().backward()
-        t.clip_grad_norm_per_member_(model, cfg.optim.grad_clip or 1.0)
-        opt.step()
+        step(b)
 
-    step(0)
-    step(1)
+    timed_step(0)
+    timed_step(1)
     times["data generation"] = 0.0
     n = 3
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for i in range(2, 2 + n):
-            step(i)
+            timed_step(i)
     e0 = time.perf_counter()
-    t.evaluate(model, val, cfg)
-    times["evaluation (its share per step)"] = (time.perf_counter() - e0) * len(cfg.eval_steps()) / cfg.steps
+    _evaluate(t, forward, val, cfg, dtype)
+    times["evaluation (its share per step)"] = (time.perf_counter() - e0) * _evals_per_step(cfg)
     fam = {k: 0.0 for k in FAMILIES}
     other = 0.0
     for ev in prof.key_averages():
@@ -164,7 +188,7 @@ def _profile(cfg, t) -> dict:
 
 
 def _sweep(spec: dict) -> dict:
-    import torch
+    from dataclasses import replace
 
     from stackedheads import presets
     from stackedheads.executors import LocalExecutor
@@ -173,39 +197,29 @@ def _sweep(spec: dict) -> dict:
     s = presets.FIGURE4.get("quick")
     scale = steps / s.base.steps  # evaluations keep their share of the work
     base = s.base.override(steps=steps, warmup_steps=max(1, round(s.base.optim.warmup_steps * scale)),
-                           final_window=max(1, round(s.base.final_window * scale)), ckpt_every=steps)
+                           final_window=max(1, round(s.base.final_window * scale)), ckpt_every=steps,
+                           dtype=spec["dtype"])
     spec_ = replace(s, base=base)
-    out = Path(spec["out"])
+    ex = LocalExecutor()
     t0 = time.perf_counter()
-    if spec["path"] == "old":  # one job after another in this process, default threads
-        from stackedheads.training import train
-
-        for job in spec_.jobs():
-            train(job.config, out / job.name)
-        plan = (1, torch.get_num_threads())
-    else:
-        ex = LocalExecutor()
-        plan = ex.plan(spec_.jobs())
-        ex.run(spec_.jobs(), out)
-    return {"wall_s": time.perf_counter() - t0, "workers": plan[0], "threads": plan[1] or torch.get_num_threads()}
+    ex.run(spec_.jobs(), Path(spec["out"]))
+    return {"wall_s": time.perf_counter() - t0, "plan": list(ex.plan(spec_.jobs()))}
 
 
 # --------------------------------------------------------------------------- parent side
 
 
-def run_worker(spec: dict, busy: bool) -> dict:
-    """One measurement in a fresh process; ``busy``: with a CPU-bound process beside it."""
-    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
-    if spec["path"] == "new":
-        from stackedheads.perf import SPINCOUNT
+def run_worker(spec: dict, trees: dict[str, Path], busy: bool = False) -> dict:
+    """One measurement in a fresh process on ``spec['tree']``'s source."""
+    from stackedheads.perf import openmp_env
 
-        env["GOMP_SPINCOUNT"] = SPINCOUNT
-    src = str(HERE.parent / "src")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+    env.update(openmp_env())
+    env["PYTHONPATH"] = str(trees[spec["tree"]] / "src")
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
     try:
         r = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], env=env,
-                           capture_output=True, text=True, check=False)
+                           capture_output=True, text=True, check=False, cwd=trees[spec["tree"]])
     finally:
         if hog:
             hog.kill()
@@ -215,11 +229,13 @@ def run_worker(spec: dict, busy: bool) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def matmul_peak() -> float:
+def matmul_peak(dtype_name: str) -> float:
+    """FLOP/s of a 2048^3 product in ``dtype_name``, best of five."""
     import torch
 
+    dtype = getattr(torch, dtype_name)
     n = 2048
-    a, b = torch.randn(n, n), torch.randn(n, n)
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     a @ b
     best = min(_timed(lambda: a @ b) for _ in range(5))
     return 2 * n**3 / best
@@ -231,14 +247,23 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
+def base_tree(commit: str, where: Path) -> Path:
+    """A worktree of ``commit`` (its own source, untouched by this tree's changes)."""
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(where), commit],
+                   check=True, capture_output=True)
+    return where
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worker", help=argparse.SUPPRESS)
-    ap.add_argument("--quick", action="store_true", help="step times at the quick size only")
+    ap.add_argument("--base", default=BASE, help=f"the commit to measure against (default {BASE})")
+    ap.add_argument("--sizes", default=",".join(SIZES), help="comma list of preset sizes")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="comma list of TREE-DTYPE[-compile]")
+    ap.add_argument("--no-profile", action="store_true", help="skip the profile")
+    ap.add_argument("--busy", action="store_true", help="also measure the steps beside a busy process")
+    ap.add_argument("--sweep", action="store_true", help="also time the shortened quick Figure 4 sweep")
     ap.add_argument("--sweep-steps", type=int, default=500, help="steps per job of the shortened quick sweep")
-    ap.add_argument("--no-busy", action="store_true", help="skip the busy-process measurements")
-    ap.add_argument("--sizes", default=",".join(SIZES), help="comma list of sizes for the step times")
-    ap.add_argument("--only-steps", action="store_true", help="step times only (no profile, no sweep)")
     args = ap.parse_args()
     if args.worker:
         print(json.dumps(_worker(json.loads(args.worker))))
@@ -246,64 +271,70 @@ def main() -> None:
 
     import torch
 
-    peak = matmul_peak()
+    sys.path.insert(0, str(ROOT / "src"))
+    variants = {v: parse_variant(v) for v in args.variants.split(",")}
+    sizes = tuple(args.sizes.split(","))
+    peaks = {d: matmul_peak(d) for d in ("float32", "bfloat16")}
     cores = os.cpu_count()
-    print(f"{cores} cores, torch {torch.__version__}; float32 matmul peak (2048^3, {torch.get_num_threads()} threads): "
-          f"{peak / 1e9:.0f} GFLOP/s")
-    result: dict = {"peak_gflops": peak / 1e9, "cores": cores, "steps": {}, "profile": {}, "sweep": {}}
-    sizes = ("quick",) if args.quick else tuple(args.sizes.split(","))
-    conditions = [False] if args.no_busy else [False, True]
+    print(f"{cores} cores, torch {torch.__version__}; matmul peak (2048^3, {torch.get_num_threads()} threads): "
+          f"float32 {peaks['float32'] / 1e9:.0f} GFLOP/s, bfloat16 {peaks['bfloat16'] / 1e9:.0f} GFLOP/s "
+          f"({peaks['bfloat16'] / peaks['float32']:.2f}x)")
+    result: dict = {"peak_gflops": {k: v / 1e9 for k, v in peaks.items()}, "cores": cores, "base": args.base,
+                    "steps": {}, "profile": {}, "sweep": {}}
 
-    print("\nstep: seconds per training step + data + its share of evaluation (ratio old/new)")
-    print(f"{'size':<6} {'machine':<5} {'old s':>8} {'new s':>8} {'speedup':>8} {'new GFLOP/s':>11} {'MFU':>6}")
-    for size in sizes:
-        n = {"quick": 20, "sec8": 6, "sec9": 4}[size]
-        for busy in conditions:
-            old = run_worker({"kind": "step", "path": "old", "size": size, "steps": n}, busy)
-            new = run_worker({"kind": "step", "path": "new", "size": size, "steps": n}, busy)
-            label = "busy" if busy else "idle"
-            result["steps"][f"{size}/{label}"] = {"old": old, "new": new,
-                                                  "speedup": old["step_with_eval_s"] / new["step_with_eval_s"]}
-            print(f"{size:<6} {label:<5} {old['step_with_eval_s']:>8.3f} {new['step_with_eval_s']:>8.3f}"
-                  f" {old['step_with_eval_s'] / new['step_with_eval_s']:>7.2f}x {new['gflops']:>11.1f}"
-                  f" {new['gflops'] * 1e9 / peak:>6.1%}", flush=True)
-    for size in sizes:
-        if not args.no_busy:
-            idle, busy = result["steps"][f"{size}/idle"], result["steps"][f"{size}/busy"]
-            for path in ("old", "new"):
-                kept = idle[path]["step_with_eval_s"] / busy[path]["step_with_eval_s"]
-                result["steps"][f"{size}/busy"][f"{path}_kept"] = kept
-            print(f"{size}: beside a busy process the old path keeps {result['steps'][f'{size}/busy']['old_kept']:.0%}"
-                  f" of its idle speed, the new {result['steps'][f'{size}/busy']['new_kept']:.0%}")
-    if args.quick or args.only_steps:
-        print(json.dumps(result))
-        return
-
-    print("\nprofile: milliseconds per step by operator family (idle)")
-    profiles = {p: {s: run_worker({"kind": "profile", "path": p, "size": s}, False) for s in SIZES} for p in ("old", "new")}
-    result["profile"] = profiles
-    print(f"{'family':<34}" + "".join(f"{s + ' ' + p:>12}" for s in SIZES for p in ("old", "new")))
-    for fam in profiles["old"]["quick"]:
-        print(f"{fam:<34}" + "".join(f"{profiles[p][s][fam] * 1e3:>12.1f}" for s in SIZES for p in ("old", "new")))
-
-    print(f"\nsweep: the quick Figure 4 sweep, 6 jobs x {args.sweep_steps} steps (wall seconds)")
-    for busy in conditions:
-        label = "busy" if busy else "idle"
-        row = {}
-        for path in ("old", "new"):
-            with tempfile.TemporaryDirectory() as tmp:
-                row[path] = run_worker({"kind": "sweep", "path": path, "steps": args.sweep_steps, "out": tmp}, busy)
-        row["speedup"] = row["old"]["wall_s"] / row["new"]["wall_s"]
-        result["sweep"][label] = row
-        print(f"{label}: old {row['old']['wall_s']:.1f} s ({row['old']['workers']} x {row['old']['threads']} threads), "
-              f"new {row['new']['wall_s']:.1f} s ({row['new']['workers']} workers x {row['new']['threads']} thread)"
-              f": {row['speedup']:.2f}x", flush=True)
-    if not args.no_busy:
-        for path in ("old", "new"):
-            kept = result["sweep"]["idle"][path]["wall_s"] / result["sweep"]["busy"][path]["wall_s"]
-            result["sweep"]["busy"][f"{path}_kept"] = kept
-            print(f"sweep beside a busy process: the {path} path keeps {kept:.0%} of its idle throughput")
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"new": ROOT}
+        if any(v["tree"] == "base" for v in variants.values()):
+            trees["base"] = base_tree(args.base, Path(tmp) / "base")
+        try:
+            _measure(args, variants, sizes, peaks, trees, result)
+        finally:
+            if "base" in trees:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(trees["base"])],
+                               check=False, capture_output=True)
     print(json.dumps(result))
+
+
+def _measure(args, variants: dict, sizes: tuple, peaks: dict, trees: dict, result: dict) -> None:
+    first = next(iter(variants))
+    print("\nstep: seconds per training step + data + its share of evaluation; speedup against "
+          f"{first}; MFU against the matmul peak of the variant's dtype")
+    print(f"{'size':<6} {'machine':<5} {'variant':<22} {'s/step':>8} {'speedup':>8} {'GFLOP/s':>8} {'MFU':>6} {'warm-up s':>9}")
+    conditions = [False, True] if args.busy else [False]
+    for size in sizes:
+        for busy in conditions:
+            label = "busy" if busy else "idle"
+            rows = {}
+            for name, v in variants.items():
+                rows[name] = r = run_worker({"kind": "step", "size": size, "steps": STEPS[size], **v}, trees, busy)
+                r["speedup"] = rows[first]["step_with_eval_s"] / r["step_with_eval_s"]
+                r["mfu"] = r["gflops"] * 1e9 / peaks[v["dtype"]]
+                print(f"{size:<6} {label:<5} {name:<22} {r['step_with_eval_s']:>8.3f} {r['speedup']:>7.2f}x"
+                      f" {r['gflops']:>8.1f} {r['mfu']:>6.1%} {r['warmup_s']:>9.1f}", flush=True)
+            result["steps"][f"{size}/{label}"] = rows
+
+    if not args.no_profile:
+        last = list(variants)[-1]
+        pair = (first, last) if last != first else (first,)
+        print(f"\nprofile: milliseconds per step by operator family (idle), {' vs '.join(pair)}")
+        prof = {p: {s: run_worker({"kind": "profile", "size": s, **variants[p]}, trees) for s in sizes} for p in pair}
+        result["profile"] = prof
+        print(f"{'family':<34}" + "".join(f"{s + ' ' + p.split('-', 1)[0]:>14}" for s in sizes for p in pair))
+        for fam in prof[first][sizes[0]]:
+            print(f"{fam:<34}" + "".join(f"{prof[p][s][fam] * 1e3:>14.1f}" for s in sizes for p in pair))
+
+    if args.sweep:
+        last = variants[list(variants)[-1]]
+        print(f"\nsweep: the quick Figure 4 sweep, 6 jobs x {args.sweep_steps} steps (wall seconds)")
+        row = {}
+        for tree, dtype in (("base", "float32"), ("new", last["dtype"])):
+            with tempfile.TemporaryDirectory() as tmp:
+                row[f"{tree}-{dtype}"] = run_worker({"kind": "sweep", "tree": tree, "dtype": dtype,
+                                                     "steps": args.sweep_steps, "out": tmp}, trees)
+        a, b = row.values()
+        row["speedup"] = a["wall_s"] / b["wall_s"]
+        result["sweep"] = row
+        print("  ".join(f"{k} {v['wall_s']:.1f} s" for k, v in row.items() if k != "speedup") + f": {row['speedup']:.2f}x")
 
 
 if __name__ == "__main__":

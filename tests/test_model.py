@@ -349,43 +349,54 @@ def test_flops_per_step() -> None:
 
 
 @pytest.mark.parametrize("members", [1, 3])
-def test_member_layer_norm_gradients_match_torch_and_threads(members: int) -> None:
-    """Per-member LayerNorm: the same values and gradients as torch's own LayerNorm applied to
-    each member, and bit-identical gain and bias gradients at 1 and 2 threads (torch's fused
-    backward splits those sums per thread; ours must not)."""
+def test_layer_norm_folded_into_the_linear_matches_torch(members: int) -> None:
+    """``LayerNorm.linear``: the gain and bias folded into the next linear give the values and
+    gradients (input, gain, bias, weight, bias of the linear) of torch's own LayerNorm followed
+    by the linear, member by member; ``forward`` gives the normalised activations themselves."""
     from stackedheads.model import LayerNorm
 
     gen = torch.Generator().manual_seed(0)
-    d = 64
-    x = torch.randn(members, 32, 50, d, generator=gen, dtype=torch.float64)
-    grad = torch.randn(members, 32, 50, d, generator=gen, dtype=torch.float64)
+    d, d_out = 64, 24
+    x = torch.randn(members, 8, 50, d, generator=gen, dtype=torch.float64)
+    grad = torch.randn(members, 8, 50, d_out, generator=gen, dtype=torch.float64)
     ln = LayerNorm(members, d).double()
+    W = torch.randn(members, d, d_out, generator=gen, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(members, d_out, generator=gen, dtype=torch.float64, requires_grad=True)
     with torch.no_grad():
         ln.weight.copy_(torch.randn(members, d, generator=gen))
         ln.bias.copy_(torch.randn(members, d, generator=gen))
-    grads = {}
-    before = torch.get_num_threads()
-    try:
-        for threads in (1, 2):
-            torch.set_num_threads(threads)
-            xi = x.clone().requires_grad_(True)
-            ln.zero_grad()
-            ln(xi).backward(grad)
-            grads[threads] = (xi.grad, ln.weight.grad.clone(), ln.bias.grad.clone())
-    finally:
-        torch.set_num_threads(before)
-    assert torch.get_num_threads() == before
-    for a, b in zip(grads[1], grads[2]):
-        assert torch.equal(a, b)
+    xi = x.clone().requires_grad_(True)
+    ln.linear(xi, W, b).backward(grad)
     for e in range(members):
         ref = torch.nn.LayerNorm(d, dtype=torch.float64, eps=1e-5)
         with torch.no_grad():
             ref.weight.copy_(ln.weight[e])
             ref.bias.copy_(ln.bias[e])
-        xe = x[e].clone().requires_grad_(True)
-        out = ref(xe)
-        out.backward(grad[e])
-        assert torch.allclose(ln(x)[e], out, atol=1e-12)
-        assert torch.allclose(grads[1][0][e], xe.grad, atol=1e-10)
-        assert torch.allclose(grads[1][1][e], ref.weight.grad, atol=1e-9)
-        assert torch.allclose(grads[1][2][e], ref.bias.grad, atol=1e-9)
+        xe, We, be = (t[e].detach().clone().requires_grad_(True) for t in (x, W, b))
+        normed = ref(xe)
+        assert torch.allclose(ln(x)[e], normed, atol=1e-12)
+        (normed @ We + be).backward(grad[e])
+        assert torch.allclose(xi.grad[e], xe.grad, atol=1e-10)
+        assert torch.allclose(ln.weight.grad[e], ref.weight.grad, atol=1e-9)
+        assert torch.allclose(ln.bias.grad[e], ref.bias.grad, atol=1e-9)
+        assert torch.allclose(W.grad[e], We.grad, atol=1e-9)
+        assert torch.allclose(b.grad[e], be.grad, atol=1e-9)
+
+
+@pytest.mark.parametrize("width_in", [16, 256])  # the bias in the matmul (narrow input) or added after
+def test_residual_linear_is_resid_plus_affine(width_in: int) -> None:
+    from stackedheads.model import residual_linear
+
+    gen = torch.Generator().manual_seed(1)
+    E, d = 2, 64
+    resid, x = torch.randn(E, 3, 5, d, generator=gen, dtype=torch.float64), torch.randn(E, 3, 5, width_in, generator=gen, dtype=torch.float64)
+    W = torch.randn(E, width_in, d, generator=gen, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(E, d, generator=gen, dtype=torch.float64, requires_grad=True)
+    out = residual_linear(resid, x, W, b)
+    ref_W, ref_b = W.detach().clone().requires_grad_(True), b.detach().clone().requires_grad_(True)
+    ref = resid + torch.einsum("ebti,eio->ebto", x, ref_W) + ref_b[:, None, None]
+    assert torch.allclose(out, ref, atol=1e-12)
+    grad = torch.randn_like(ref)
+    out.backward(grad)
+    ref.backward(grad)
+    assert torch.allclose(W.grad, ref_W.grad, atol=1e-10) and torch.allclose(b.grad, ref_b.grad, atol=1e-10)

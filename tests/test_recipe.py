@@ -84,7 +84,9 @@ def test_config_records_recipe_and_old_configs_load(tmp_path):
     saved = json.loads((tmp_path / "config.json").read_text())
     optim = saved["optim"]
     assert optim["schedule"] == "cosine" and optim["betas"] == [0.9, 0.95] and optim["grad_clip"] == 0.5
-    assert TrainConfig.from_dict(saved) == RECIPE
+    # dtype and threads are made concrete when the folder is created: part of the run's identity
+    assert saved["threads"] == torch.get_num_threads() and saved["dtype"] == "float32"
+    assert TrainConfig.from_dict(saved) == RECIPE.resolved()
     # A config.json from before the recipe fields existed (and before configs were nested:
     # one flat dict) reads as the plain recipe.
     flat = {k: v for k, v in saved.items() if k not in ("model", "optim")} | saved["model"] | optim

@@ -87,7 +87,8 @@ class LocalExecutor:
     (the quick Figure 4 sweep ran 1.2x faster as two 1-thread processes than as one 2-thread
     one), and single-thread workers lose least when another program takes a core. The default
     (``workers=None``) is one worker per core, at most one per job, on the CPU; one on a GPU.
-    Every job's result is the same whichever worker runs it (bit-identical across threads).
+    Every job's result is the same whichever worker runs it, at the thread count its config.json
+    records (set once, when the job's folder is created).
     """
 
     def __init__(

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -138,13 +138,23 @@ def ensemble_linear(x: Tensor, W: Tensor, b: Tensor) -> Tensor:
 def residual_linear(resid: Tensor, x: Tensor, W: Tensor, b: Tensor) -> Tensor:
     """``resid + x @ W + b`` for each member (a block's output added to the residual stream).
 
-    The residual rides on the matmul as baddbmm's input and the bias is added in place: two
-    passes over the residual-sized output instead of three (at Sec. 9.1's width the residual
-    stream, not the matmuls, is what a CPU step spends its time on).
+    The residual rides on the matmul as baddbmm's input: at Sec. 9.1's width the residual
+    stream, not the matmuls, is what a CPU step spends its time on, so passes over it count.
+    The bias: when x is narrow beside the stream (Sec. 9.1's 16-wide head into a 512-wide
+    stream) it rides in the matmul too, as a column of ones in x and a row of W, which saves a
+    pass over the output forward and the bias gradient's pass backward (the matmul's weight
+    gradient holds it); otherwise it is added in place, cast to the output's dtype first (a
+    float32 bias added in place to a bfloat16 output takes a float32 round trip of it).
     """
     E = x.shape[0]
-    out = torch.baddbmm(resid.reshape(E, -1, resid.shape[-1]), x.reshape(E, -1, x.shape[-1]), W)
-    return out.add_(b.unsqueeze(1)).view(resid.shape)
+    x2, r2 = x.reshape(E, -1, x.shape[-1]), resid.reshape(E, -1, resid.shape[-1])
+    if 4 * x.shape[-1] <= W.shape[-1]:
+        ones = x2.new_ones(E, x2.shape[1], 1)
+        out = torch.baddbmm(r2, torch.cat([x2, ones], dim=-1), torch.cat([W, b.unsqueeze(1)], dim=1))
+    else:
+        out = torch.baddbmm(r2, x2, W)
+        out.add_(b.unsqueeze(1).to(out.dtype))
+    return out.view(resid.shape)
 
 
 class HookPoint(nn.Module):
@@ -165,79 +175,33 @@ class HookPoint(nn.Module):
 
 
 class LayerNorm(nn.Module):
-    """LayerNorm with per-member weight and bias, (E, d)."""
+    """LayerNorm with a gain and bias per ensemble member, (E, d), folded into the next linear.
+
+    Every LayerNorm of the model feeds one linear map (ln1 -> W_qkv, ln2 -> W_up, ln_f ->
+    W_readout), and ``(xhat * g + b) @ W + c == xhat @ (g[:, None] * W) + (b @ W + c)``. So the
+    normalisation runs without an affine (torch's fused kernel, per row) and the gain and bias
+    enter the linear's weights: no pass over the activations for the affine in either direction,
+    and autograd takes the gain and bias gradients from the weight gradient the matmul computes
+    anyway. It is also what makes a low-precision step fast: the activations stay in the compute
+    dtype (bfloat16 under autocast) end to end, while the gain and bias stay float32 parameters.
+    """
 
     def __init__(self, n_members: int, d: int) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(n_members, d))
         self.bias = nn.Parameter(torch.empty(n_members, d))
 
-    def forward(self, x: Tensor) -> Tensor:  # x: (E, B, T, d)
-        return _MemberLayerNorm.apply(x, self.weight, self.bias)
+    def forward(self, x: Tensor) -> Tensor:
+        """The normalised activations with the affine applied, (E, ..., d): for reading them
+        (hooks, analysis); the model itself calls :meth:`linear`."""
+        shape = (x.shape[0],) + (1,) * (x.ndim - 2) + (x.shape[-1],)
+        return F.layer_norm(x, x.shape[-1:], eps=LN_EPS) * self.weight.view(shape) + self.bias.view(shape)
 
-
-class _MemberLayerNorm(torch.autograd.Function):
-    """LayerNorm with a gain and bias per ensemble member, fast and thread-count invariant.
-
-    Forward: PyTorch's fused kernel, with the gain and bias inside it for one member; for
-    several, the kernel normalises and ``addcmul`` applies each member's gain and bias (one
-    pass; per-member gains cannot go into ``F.layer_norm``).
-    Backward: the fused kernel gives the input gradient (per row, so threads cannot change it)
-    on every thread; the gain and bias gradients are column sums over every row, which the
-    fused kernel splits into one partial sum per thread, so a run's bits depended on its thread
-    count. They are taken by the same kernel on one thread (:func:`one_thread`): one fixed
-    order, two passes over the activations. The earlier chunked column sums in Python took
-    seven passes and made the sec9 step 1.2-1.4x slower (benchmarks/train_throughput.py).
-    """
-
-    @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-        E, d = x.shape[0], x.shape[-1]
-        if E == 1:
-            out, mean, rstd = torch.native_layer_norm(x, (d,), weight[0], bias[0], LN_EPS)
-        else:
-            xhat, mean, rstd = torch.native_layer_norm(x, (d,), None, None, LN_EPS)
-            shape = (E,) + (1,) * (x.ndim - 2) + (d,)  # broadcast over B, T
-            out = torch.addcmul(bias.view(shape), xhat, weight.view(shape))
-        ctx.save_for_backward(x, mean, rstd, weight, bias)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
-        x, mean, rstd, weight, bias = ctx.saved_tensors
-        E, d = x.shape[0], x.shape[-1]
-        grad_x = grad_w = grad_b = None
-        if ctx.needs_input_grad[0]:
-            # One member: its gain goes into the fused kernel; several: scale the gradient first.
-            shape = (E,) + (1,) * (x.ndim - 2) + (d,)
-            g, w = (grad, weight[0]) if E == 1 else (grad * weight.view(shape), None)
-            grad_x = torch.ops.aten.native_layer_norm_backward(g, x, (d,), mean, rstd, w, None, (True, False, False))[0]
-        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
-            # The kernel's gain gradient does not depend on the gain: member e's own is passed
-            # only because the kernel needs a defined one.
-            with one_thread() if x.device.type == "cpu" else nullcontext():
-                parts = [
-                    torch.ops.aten.native_layer_norm_backward(grad[e], x[e], (d,), mean[e], rstd[e], weight[e], bias[e], (False, True, True))[1:]
-                    for e in range(E)
-                ]
-            grad_w = torch.stack([p[0] for p in parts]) if ctx.needs_input_grad[1] else None
-            grad_b = torch.stack([p[1] for p in parts]) if ctx.needs_input_grad[2] else None
-        return grad_x, grad_w, grad_b
-
-
-@contextmanager
-def one_thread():
-    """Run torch's CPU kernels on one thread inside the block (their reductions then sum in one
-    order, fixed by the shape), restoring the caller's count after."""
-    before = torch.get_num_threads()
-    if before == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    def linear(self, x: Tensor, W: Tensor, b: Tensor) -> Tensor:
+        """``LN(x) @ W + b`` per member, with the affine folded into W and b (see the class)."""
+        W_folded = self.weight.unsqueeze(-1) * W  # (E, d, d_out)
+        b_folded = torch.baddbmm(b.unsqueeze(1), self.bias.unsqueeze(1), W).squeeze(1)
+        return ensemble_linear(F.layer_norm(x, x.shape[-1:], eps=LN_EPS), W_folded, b_folded)
 
 
 class Attention(nn.Module):
@@ -259,13 +223,13 @@ class Attention(nn.Module):
         self.b_O = nn.Parameter(torch.empty(n_members, cfg.d_model))
         self.hook_pattern = HookPoint()
 
-    def forward(self, x: Tensor, resid: Tensor, slow: bool = False, queries: int | None = None) -> Tensor:
-        """``resid + attn(x)``; x, resid: (E, B, T, d_model). ``queries=N`` computes only the
-        last N rows (keys and values still span every position): the last layer, whose other
+    def forward(self, resid: Tensor, ln: LayerNorm, slow: bool = False, queries: int | None = None) -> Tensor:
+        """``resid + attn(ln(resid))``; resid: (E, B, T, d_model). ``queries=N`` computes only
+        the last N rows (keys and values still span every position): the last layer, whose other
         rows nothing reads. Returns (E, B, T or N, d_model)."""
-        E, B, T, _ = x.shape
+        E, B, T, _ = resid.shape
         H, dh = self.n_heads, self.d_head
-        qkv = ensemble_linear(x, self.W_qkv, self.b_qkv)  # (E, B, T, 3 H dh)
+        qkv = ln.linear(resid, self.W_qkv, self.b_qkv)  # (E, B, T, 3 H dh)
         # Fold E into the batch: attention never mixes members, and (E*B, H, T, dh) is
         # the layout the fused kernels want.
         q, k, v = qkv.view(E * B, T, 3, H, dh).permute(2, 0, 3, 1, 4)  # each (E*B, H, T, dh)
@@ -274,21 +238,44 @@ class Attention(nn.Module):
             q, resid = q[:, :, -queries:], resid[:, :, -queries:]
             # Query i sits at position T - N + i and sees keys up to there (SDPA's is_causal
             # would align the mask top-left instead).
-            mask = torch.ones(queries, T, dtype=torch.bool, device=x.device).tril(T - queries)
-            z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (E*B, H, N, dh)
+            mask = torch.ones(queries, T, dtype=torch.bool, device=resid.device).tril(T - queries)
+            z = _attention(q, k, v, mask)  # (E*B, H, N, dh)
             T = queries
         elif slow or self.hook_pattern.is_active:
-            scores = (q @ k.transpose(-2, -1)) / math.sqrt(dh)  # (E*B, H, T, T)
-            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-            pattern = scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)
-            pattern = self.hook_pattern(pattern.view(E, B, H, T, T))  # may be replaced
+            causal = torch.ones(T, T, dtype=torch.bool, device=resid.device).tril()
+            pattern = self.hook_pattern(causal_softmax(q, k, causal).view(E, B, H, T, T))  # may be replaced
             pattern = broadcast_pattern(pattern, (E, B, H, T, T)).to(v.device, v.dtype)
             z = pattern.reshape(E * B, H, T, T) @ v  # (E*B, H, T, dh)
         else:
-            z = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (E*B, H, T, dh)
+            z = _attention(q, k, v)  # (E*B, H, T, dh)
 
         z = z.transpose(1, 2).reshape(E, B, T, H * dh)  # heads side by side
         return residual_linear(resid, z, self.W_O, self.b_O)  # (E, B, T, d_model)
+
+
+def causal_softmax(q: Tensor, k: Tensor, mask: Tensor) -> Tensor:
+    """The attention pattern ``softmax(q k^T / sqrt(d_head))`` where ``mask`` allows, in float32
+    (in a low compute dtype the scores come from its matmul and are normalised in float32, as
+    mixed-precision attention does). q: (..., T_q, dh), k: (..., T, dh) -> (..., T_q, T)."""
+    scores = (q @ k.transpose(-2, -1)).float() / math.sqrt(q.shape[-1])
+    return scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+
+
+def _attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Causal attention (``mask``: which keys each query sees; None: the usual causal mask).
+
+    Fused SDPA, except on a CPU in a low compute dtype: torch's CPU flash kernel then runs its
+    backward 2-6x slower than the explicit product (measured at the sec9 and sec8 shapes:
+    T = 36, d_head = 16 and T = 28, d_head = 128), and T is a few dozen positions, so the
+    explicit pattern costs little memory.
+    """
+    if q.device.type == "cpu" and q.dtype != torch.float32:
+        if mask is None:
+            mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+        return causal_softmax(q, k, mask).to(v.dtype) @ v
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
 def broadcast_pattern(pattern: Tensor, shape: tuple[int, int, int, int, int]) -> Tensor:
@@ -326,8 +313,8 @@ class MLP(nn.Module):
         self.W_down = nn.Parameter(torch.empty(n_members, d_mlp, cfg.d_model))
         self.b_down = nn.Parameter(torch.empty(n_members, cfg.d_model))
 
-    def forward(self, x: Tensor, resid: Tensor) -> Tensor:  # resid + mlp(x), both (E, B, T, d_model)
-        h = F.gelu(ensemble_linear(x, self.W_up, self.b_up), approximate="tanh")
+    def forward(self, resid: Tensor, ln: LayerNorm) -> Tensor:  # resid + mlp(ln(resid)), (E, B, T, d_model)
+        h = F.gelu(ln.linear(resid, self.W_up, self.b_up), approximate="tanh")
         return residual_linear(resid, h, self.W_down, self.b_down)
 
 
@@ -345,9 +332,9 @@ class Block(nn.Module):
 
     def forward(self, x: Tensor, slow: bool = False, queries: int | None = None) -> Tensor:
         """x: (E, B, T, d_model) -> (E, B, T, d_model), or the last ``queries`` rows only."""
-        x = self.attn(self.ln1(x), x, slow=slow, queries=queries)
+        x = self.attn(x, self.ln1, slow=slow, queries=queries)
         if self.mlp is not None:
-            x = self.mlp(self.ln2(x), x)
+            x = self.mlp(x, self.ln2)
         return self.hook_resid_post(x)
 
     @property
@@ -446,7 +433,10 @@ class EnsembleTransformer(nn.Module):
         full = self.slow_attention or last.observed
         h = last(h, slow=self.slow_attention, queries=None if full else cfg.n_queries)
         h = h[:, :, -cfg.n_queries :]  # (E, B, N, d_model)
-        return ensemble_linear(self.ln_f(h), self.W_readout, self.b_readout)  # (E, B, N, d_out)
+        # The readout runs in float32 whatever the compute dtype: it is N rows of the B x T the
+        # step computes, and it is what the loss is taken of.
+        with torch.autocast(h.device.type, enabled=False):
+            return self.ln_f.linear(h.float(), self.W_readout, self.b_readout)  # (E, B, N, d_out)
 
     # ------------------------------------------------------------------ hooks
 

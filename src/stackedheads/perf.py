@@ -115,7 +115,8 @@ def default_threads(device: str, cores: int | None = None) -> int:
 
     Why leave busy cores out: two threads beside a busy process kept 45% of their idle speed
     (quick preset, spin policy above), one thread 62%; on an idle machine two are 1.6x faster.
-    Thread counts 1 and 2 give bit-identical results, so the choice changes speed only.
+    A run records its thread count (config.json) and keeps it when resumed: another count gives
+    the same losses to rounding, not the same bytes.
     """
     if cores is not None:
         return min(cores, GPU_HOST_THREADS) if device.startswith("cuda") else cores
@@ -127,8 +128,8 @@ def default_threads(device: str, cores: int | None = None) -> int:
 
 def apply_threads(threads: int | None, device: str = "cpu") -> int:
     """Set torch's intra-op thread count: ``threads`` if given, else what ``OMP_NUM_THREADS``
-    says (the user's override), else :func:`default_threads`. Results do not depend on it
-    (bit-identical across thread counts, tested). Returns the count in effect."""
+    says (the user's override), else :func:`default_threads`. A run started under it records it
+    (:meth:`TrainConfig.resolved`). Returns the count in effect."""
     import torch
 
     if threads is None and os.environ.get("OMP_NUM_THREADS"):

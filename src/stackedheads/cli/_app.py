@@ -48,7 +48,7 @@ def progress_bar(description: str):
 
 THREADS_HELP = (
     "torch threads per training process (default: OMP_NUM_THREADS if set, else every core other work leaves "
-    "idle when training starts, at most 4 beside a GPU; 1 and 2 threads give bit-identical results)."
+    "idle when training starts, at most 4 beside a GPU). Recorded in the run's config.json and reused when it resumes: the same count gives the same bytes, another count the same numbers to rounding."
 )
 WORKERS_HELP = "Local jobs trained at once, each in its own process (default: one per core on the CPU, one on a GPU)."
 

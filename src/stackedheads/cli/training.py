@@ -25,7 +25,6 @@ from stackedheads.cli._app import (
 def train_cmd(
     out: Path = typer.Option(..., "--out", "-o", help="Run folder; running again resumes it."),
     preset: str = typer.Option("quick", "--preset", "-p", help="A training preset: paper, quick, quick-n4, smoke, sec8, sec8-quick, sec8-smoke, sec9, sec9-quick, sec9-smoke."),
-    threads: Optional[int] = typer.Option(None, "--threads", help=THREADS_HELP),
     **fields,
 ) -> None:
     """Train an ensemble of GPT-2-style transformers on the vector task (Section 7.1).
@@ -36,7 +35,7 @@ def train_cmd(
     from stackedheads.training import train
 
     cfg = presets.get(preset).override(**config_overrides(fields))
-    apply_threads(threads, cfg.device)
+    apply_threads(cfg.threads, cfg.device)  # the run records the count (config.json)
     bar, factory = progress_bar(f"train {out.name}")
     with bar:
         summary = train(cfg, out, progress=factory(f"train {out.name}"))

@@ -27,6 +27,13 @@ from stackedheads.tasks.vectors import VectorTaskConfig
 # "tf32": float32 tensors, TensorFloat-32 matmuls on a CUDA GPU (10-bit mantissa products,
 # float32 accumulation): several times the float32 matmul rate of an A100/H100.
 DTYPES = {"float32": torch.float32, "tf32": torch.float32, "bfloat16": torch.bfloat16}
+# "auto": bfloat16 where the device computes it natively (a CUDA GPU with bf16, a CPU with
+# AVX512-BF16 or AMX), float32 elsewhere; resolved when a run folder is created and recorded in
+# its config.json, so a resumed run keeps the dtype it started with (:meth:`TrainConfig.resolved`).
+DTYPE_CHOICES = (*DTYPES, "auto")
+# More steps than any run of the paper (24,000) by four orders of magnitude: a typo, refused
+# before anything is written.
+MAX_STEPS = 10**9
 SCHEDULES = ("constant", "cosine", "linear")
 # Parameter families that may be exempt from weight decay (GPT-2/nanoGPT exempt norms and biases).
 DECAY_EXEMPTIONS = ("norm", "bias", "embed")
@@ -107,7 +114,12 @@ class TrainConfig:
         ckpt_every: checkpoint every this many steps.
         keep_checkpoints: keep every checkpoint (emergence, Sec. 9, reads them) or the last two.
         device: "cpu", "cuda" or "cuda:N".
-        dtype: "float32", "bfloat16" (autocast) or "tf32" (CUDA matmuls).
+        dtype: "float32", "bfloat16" (autocast: bfloat16 activations and matmuls, float32
+            weights, optimizer state, readout and loss), "tf32" (CUDA matmuls) or "auto"
+            (bfloat16 where the device has it natively, else float32; resolved per run).
+        threads: torch's intra-op CPU threads while training. None: the caller's setting when
+            the run starts; recorded in config.json and reused on resume, because the reductions
+            of a step sum in an order that depends on the thread count (same count, same bytes).
         compile: torch.compile the model for training and evaluation. On a GPU it fuses a
             24-layer step's many small kernels; on a 2-core CPU it measured no faster.
     """
@@ -126,6 +138,7 @@ class TrainConfig:
     device: str = "cpu"
     dtype: str = "float32"
     compile: bool = False
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         # The model reads the task's vectors and predicts at its queries: derived, never chosen.
@@ -140,12 +153,16 @@ class TrainConfig:
         for name in ("steps", "batch_size", "eval_every", "ckpt_every", "final_window"):
             if getattr(self, name) < 1:
                 raise UsageError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.steps > MAX_STEPS:
+            raise UsageError(f"steps must be <= {MAX_STEPS:,}, got {self.steps:,}")
+        if self.threads is not None and not 1 <= self.threads <= 1024:
+            raise UsageError(f"threads must lie in [1, 1024], got {self.threads}")
         if self.optim.warmup_steps >= self.steps:
             raise UsageError(f"warmup_steps must lie in [0, steps), got {self.optim.warmup_steps}")
         if self.steps_per_epoch is not None and self.steps_per_epoch < 1:
             raise UsageError(f"steps_per_epoch must be >= 1, got {self.steps_per_epoch}")
-        if self.dtype not in DTYPES:
-            raise UsageError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.dtype not in DTYPE_CHOICES:
+            raise UsageError(f"dtype must be one of {', '.join(DTYPE_CHOICES)}, got {self.dtype!r}")
         if self.dtype == "tf32" and not self.device.startswith("cuda"):
             raise UsageError("dtype tf32 is a CUDA matmul mode: use it with --device cuda (float32 on a CPU)")
         if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
@@ -155,6 +172,21 @@ class TrainConfig:
 
     def model_config(self) -> ModelConfig:
         return self.model
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        """The compute dtype of autocast ("auto" resolved for this machine)."""
+        return DTYPES[native_dtype(self.device) if self.dtype == "auto" else self.dtype]
+
+    def resolved(self, stored: TrainConfig | None = None) -> TrainConfig:
+        """This config with "auto" dtype and unset threads made concrete: taken from ``stored``
+        (the run folder's config.json, when resuming) or else from this machine and process."""
+        dtype, threads = self.dtype, self.threads
+        if dtype == "auto":
+            dtype = stored.dtype if stored is not None and stored.dtype != "auto" else native_dtype(self.device)
+        if threads is None:  # a folder from before threads were recorded keeps None: no identity to check
+            threads = stored.threads if stored is not None else torch.get_num_threads()
+        return replace(self, dtype=dtype, threads=threads)
 
     # --- changing fields by name -----------------------------------------------------------------
 
@@ -190,6 +222,9 @@ class TrainConfig:
         if not isinstance(d, dict) or not isinstance(d.get("task"), dict) or not isinstance(d.get("seeds"), list):
             raise UsageError("a training config must be a JSON object with 'task' and 'seeds'")
         d = dict(d)
+        for part in ("model", "optim"):
+            if not isinstance(d.get(part) or {}, dict):
+                raise UsageError(f"a training config's {part!r} must be a JSON object, got {str(d[part])[:40]!r}")
         model = dict(d.pop("model", None) or {})
         optim = dict(d.pop("optim", None) or {})
         for name in list(d):  # the flat format
@@ -235,10 +270,17 @@ class TrainConfig:
         per = self.steps_per_epoch or max(1, self.task.n_train // self.batch_size)
         return step / per
 
-    def eval_steps(self) -> set[int]:
-        """Steps (1-based, after the update) at which validation runs."""
-        tail = range(max(1, self.steps - self.final_window + 1), self.steps + 1)
-        return set(range(self.eval_every, self.steps + 1, self.eval_every)) | set(tail)
+    def is_eval_step(self, step: int) -> bool:
+        """Validation runs after update ``step`` (1-based): every ``eval_every`` steps and at each
+        of the last ``final_window`` (a predicate, so memory does not grow with ``steps``)."""
+        return 1 <= step <= self.steps and (step % self.eval_every == 0 or step > self.steps - self.final_window)
+
+    def n_evals(self) -> int:
+        """How many validations a whole run makes."""
+        window = min(self.final_window, self.steps)
+        regular = self.steps // self.eval_every
+        in_window = regular - (self.steps - window) // self.eval_every  # counted in both
+        return regular + window - in_window
 
 
 def _owners() -> dict[str, str]:
@@ -262,6 +304,16 @@ def field_owner(name: str) -> str:
     if name not in _OWNER:
         raise UsageError(f"no training config field {name!r}; fields are {', '.join(sorted(_OWNER))}")
     return _OWNER[name]
+
+
+def native_dtype(device: str) -> str:
+    """"bfloat16" where ``device`` computes it natively (autocast then runs the fast path),
+    else "float32". CPUs: AVX512-BF16 (AMD Zen 4, Intel Cooper Lake on) or AMX tiles (Intel
+    Sapphire Rapids on); elsewhere oneDNN emulates bf16 matmuls, slower than float32."""
+    if device.startswith("cuda"):
+        return "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float32"
+    native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    return "bfloat16" if native else "float32"
 
 
 def check_device(device: str) -> None:

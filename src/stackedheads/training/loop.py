@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -43,6 +44,37 @@ from stackedheads.training.metrics import (
 from stackedheads.training.optim import make_optimizer
 
 
+@contextmanager
+def torch_threads(n: int | None):
+    """torch's intra-op thread count set to ``n`` (None: as it is) inside the block, the caller's
+    restored after."""
+    before = torch.get_num_threads()
+    if n is not None and n != before:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
+@contextmanager
+def matmul_mode(dev: torch.device, dtype: str):
+    """CUDA's TF32 matmul flags as the run's dtype asks, restored after (they are process-wide)."""
+    if dev.type != "cuda":
+        yield
+        return
+    flags = (torch.backends.cuda.matmul, torch.backends.cudnn)
+    before = [f.allow_tf32 for f in flags]
+    for f in flags:
+        f.allow_tf32 = dtype == "tf32"
+    try:
+        yield
+    finally:
+        for f, b in zip(flags, before):
+            f.allow_tf32 = b
+
+
 def _check_finite(per_member: torch.Tensor, cfg: TrainConfig, step: int) -> None:
     bad = ~torch.isfinite(per_member.detach())
     if bool(bad.any()):
@@ -61,6 +93,9 @@ def train(
 ) -> dict:
     """Train (or resume) the ensemble ``cfg`` in ``run_dir``; returns ``summary.json``'s content.
 
+    ``cfg.dtype`` "auto" and ``cfg.threads`` None are made concrete (:meth:`TrainConfig.resolved`)
+    and recorded in config.json; a resumed run takes them from there. Training runs on
+    ``threads`` intra-op threads and gives the caller's count back afterwards.
     ``progress(step, steps)`` is called after every step. ``stop_after`` stops early (tests of
     interruption) without writing the summary.
     """
@@ -78,16 +113,20 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, dev: torch.device, progress, 
     cfg_path = run_dir / "config.json"
     if cfg_path.exists():
         old = TrainConfig.from_dict(read_state_json(cfg_path, "a training run's config"))
+        cfg = cfg.resolved(old)
         if old != cfg:
             raise UsageError(f"{run_dir} holds a run with another configuration; choose a new --out")
         if run_is_complete(run_dir):
             return read_summary(run_dir, cfg)
     else:
+        cfg = cfg.resolved()
         atomic_write_json(cfg_path, cfg.to_dict())
+    with torch_threads(cfg.threads), matmul_mode(dev, cfg.dtype):
+        return _train_steps(cfg, run_dir, dev, progress, stop_after)
 
+
+def _train_steps(cfg: TrainConfig, run_dir: Path, dev: torch.device, progress, stop_after) -> dict:
     dtype = DTYPES[cfg.dtype]
-    if dev.type == "cuda":  # this process trains; its matmul mode is the run's
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.dtype == "tf32"
     model = EnsembleTransformer(cfg.model_config(), seeds=list(cfg.seeds)).to(dev)
     opt = make_optimizer(model, cfg)
     columns = metric_columns(cfg)
@@ -105,7 +144,6 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, dev: torch.device, progress, 
     on_device = dev.type != "cpu"  # an accelerator generates its own batches (the CPU's, exactly)
     val = validation_batch(cfg)
     val = Batch(val.inputs.to(dev), val.targets.to(dev), val.symbols, val.meta)  # moved once, not per evaluation
-    eval_at = cfg.eval_steps()
     caches = [{} for _ in cfg.seeds]
     new_file = not metrics_path.exists()
     if cfg.keep_checkpoints and start == 0:
@@ -134,9 +172,9 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, dev: torch.device, progress, 
             opt.step()
             done = step + 1
             save_now = done % cfg.ckpt_every == 0 or done == cfg.steps
-            if done in eval_at or save_now:
+            if cfg.is_eval_step(done) or save_now:
                 _check_finite(per_member, cfg, done)  # a sync; only where we write anyway
-            if done in eval_at:
+            if cfg.is_eval_step(done):
                 val_loss, partial = evaluate(forward, val, cfg)
                 wall = wall0 + time.perf_counter() - t0
                 train_loss = per_member.detach().cpu()
