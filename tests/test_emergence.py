@@ -106,3 +106,33 @@ def test_bad_inputs_are_one_line(tiny_run, tmp_path, cli_process):
         r = cli_process(*args)
         assert r.code == 2, (args, r.err)
         assert len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err
+
+
+@pytest.mark.parametrize("n_paths", [0, 1, 2])
+def test_timeline_figures_lay_out_without_a_warning(tmp_path, n_paths):
+    """Issue 27: every `reproduce --preset smoke` warned "Tight layout not applied" (the
+    emergence summary of a circuit with one path was too short for its labels)."""
+    import warnings
+
+    from stackedheads.emergence import Timeline, plot_timeline
+
+    cfg = presets.SEC9_SMOKE
+    paths = [(2, 0, 3, 1), (1, 0, 2, 1)][:n_paths]
+    keys = [f"L{p[0]}.{p[1]} s{p[2]}->s{p[3]}" for p in paths]
+    t = Timeline(0, [0, 20, 40], [0.0, 2.5, 5.0], paths, [[0.1] * n_paths, [0.6] * n_paths, [0.9] * n_paths],
+                 {k: 15.0 for k in keys}, {k: 20 for k in keys}, {}, [], {}, "undecided", keys, 15.0, {}, "undecided")
+    metrics = [{"seed": 0, "step": s, "train_loss": 0.5, "val_loss": 0.5, "val_x1": 0.4, "val_x2": 0.6} for s in (10, 20, 40)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        files = plot_timeline(t, cfg, metrics, tmp_path)
+    assert all(is_figure(p) for p in files) and len(files) == 2 * (n_paths + 2)
+
+
+def test_a_run_config_whose_model_is_no_object_is_one_line(tmp_path, cli):
+    """Issue 27: `emergence` on a run whose config.json says "model": "x" was a traceback."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({**presets.SEC9_SMOKE.to_dict(), "model": "x"}))
+    code, _, stderr = cli("emergence", str(run), "--out", str(tmp_path / "e"))
+    assert code == 2 and "Traceback" not in stderr and "'model' must be a JSON object" in stderr, stderr
+    assert not (tmp_path / "e").exists()

@@ -92,3 +92,28 @@ def test_plot_writes_png_and_svg(tmp_path):
     paths = theory.plot_theory(theory.theory_table(5), tmp_path)
     assert sorted(p.rsplit(".", 1)[1] for p in paths) == ["png", "svg"]
     assert all(is_figure(tmp_path / p.rsplit("/", 1)[1]) for p in paths)
+
+
+def test_a_full_disk_never_leaves_an_empty_figure(tmp_path, monkeypatch):
+    """Issue 27: a full disk left 0-byte theory.png/.svg (matplotlib wrote the files in place)."""
+    import errno
+
+    from matplotlib.figure import Figure
+
+    rows = theory.theory_table(4)
+    theory.save_table(rows, tmp_path)
+    before = {p.name: p.read_bytes() for p in tmp_path.glob("theory.*")}
+
+    def full_disk(self, fname, *args, **kwargs):  # matplotlib opens the file, writes, the disk fills
+        if hasattr(fname, "write"):
+            fname.write(b"<svg")
+        else:
+            with open(fname, "wb") as f:
+                f.write(b"<svg")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", full_disk)
+    with pytest.raises(OSError):
+        theory.save_table(rows, tmp_path)
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("theory.*")} == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left

@@ -223,7 +223,9 @@ def plot_timeline(t: Timeline, cfg: TrainConfig, metrics: list[dict], out: Path)
         sec.set_xlabel("epoch (paper's)")
         save(fig, f"path{i}_L{p[0]}.{p[1]}_s{p[2]}-" + dst_label(p[3]))
 
-    fig, ax = plt.subplots(figsize=(6, 0.45 * len(t.paths) + 1.2))
+    # 2.2 in beside the bars: the title, two step axes and their labels (with less, one path's
+    # figure was too short for tight_layout, which warned).
+    fig, ax = plt.subplots(figsize=(6, 0.45 * len(t.paths) + 2.2))
     keys = [path_key(p) for p in t.paths]
     vals = [t.emerged[k] if t.emerged[k] is not None else float("nan") for k in keys]
     ax.barh(range(len(keys)), vals, color=[colors(i % 10) for i in range(len(keys))])

@@ -15,15 +15,23 @@ def pyplot():
     return plt
 
 
-def save_figure(fig, out: str | Path, name: str, dpi: int = 150) -> list[str]:
-    """Write ``out/name.png`` and ``out/name.svg``, close the figure, return both paths."""
+def save_figure(fig, out: str | Path, name: str, dpi: int = 150, formats: tuple[str, ...] = ("png", "svg")) -> list[str]:
+    """Write ``out/name.png`` and ``out/name.svg`` (or ``formats``), close the figure, return
+    the paths. Each file is rendered in memory and then written atomically: a full disk leaves
+    the old figure (or none), never an empty or torn one."""
+    import io
+
+    from stackedheads.storage import atomic_write_bytes
+
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     paths = []
-    for ext in ("png", "svg"):
+    for ext in formats:
         p = out / f"{name}.{ext}"
-        fig.savefig(p, dpi=dpi)
+        buf = io.BytesIO()
+        fig.savefig(buf, dpi=dpi, format=ext)
+        atomic_write_bytes(p, buf.getvalue())
         paths.append(str(p))
     fig.clf()
     pyplot().close(fig)

@@ -85,11 +85,7 @@ def plot_maps(patterns: dict[int, torch.Tensor], meta: Meta, out: str | Path, n_
             for s in range(n_seqs):
                 _heatmap(axes[h][s], patterns[l][s, h].numpy(), labels(meta, s), f"L{l}.{h} seq {s}")
             _heatmap(axes[h][n_seqs], means[l][h].numpy(), clabels, f"L{l}.{h} mean ({meta.role.shape[0]} seqs)")
-        fig.tight_layout()
-        p = out / f"layer{l}.png"
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        files.append(str(p))
+        files += save_figure(fig, out, f"layer{l}", dpi=110, formats=("png",))
     for name, mats, lab in (("grid", {l: patterns[l][0] for l in layers}, labels(meta, 0)), ("mean", means, clabels)):
         fig, axes = plt.subplots(H, len(layers), figsize=(2.6 * len(layers), 2.6 * H), squeeze=False)
         for i, l in enumerate(layers):
