@@ -205,6 +205,18 @@ def test_grid_values_must_be_positive_and_distinct():
         presets.depth("smoke", layers=())
 
 
+@pytest.mark.parametrize("seeds", ["99999999999999999999", "-1"])
+def test_seeds_beyond_the_rule_are_one_line_and_write_nothing(tmp_path, seeds, cli):
+    """Issue 27: a seed beyond int64 wrote a depth.json that blocked the corrected run; the rule
+    (0 to 2**63-1) is train's too."""
+    out = tmp_path / "depth"
+    code, _, stderr = cli("sweep", "depth", "--preset", "smoke", "--out", str(out), "--seeds", seeds)
+    assert code == 2 and "Traceback" not in stderr and "integers from 0 to 2**63-1" in stderr, stderr
+    assert not out.exists()
+    with pytest.raises(UsageError, match="integers from 0 to 2"):
+        presets.depth("smoke", seeds=(-1,))
+
+
 # --- the claims on synthetic rows --------------------------------------------------------------
 
 THR = cross_threshold(2)

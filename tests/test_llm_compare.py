@@ -156,3 +156,34 @@ def test_quick_preset_llm_stage_plan():
     assert reproduce.llm_models(reproduce.LLMChoice(model=" a, b ,a")) == ["a", "b"]
     with pytest.raises(UsageError):
         reproduce.llm_models(reproduce.LLMChoice(model=" , "))
+
+
+def test_compare_refuses_answers_copied_from_another_models_folder(two_runs, tmp_path, cli):
+    """Issue 27: samples.jsonl copied from model A's folder into model B's made B score A's
+    answers. Compare checks every record's identity, as llm-bench does before it resumes."""
+    mine = tmp_path / "shallow"
+    shutil.copytree(two_runs / "shallow", mine)
+    shutil.copy(two_runs / "deep" / bench.SAMPLES, mine / bench.SAMPLES)
+    with pytest.raises(UsageError, match="holds answers of another run.*model 'deep' there, 'shallow' expected"):
+        compare.load_run(mine)
+    code, _, stderr = cli("llm-compare", str(mine), str(two_runs / "deep"), "--out", str(tmp_path / "cmp"))
+    assert code == 2 and "answers of another run" in stderr and "Traceback" not in stderr, stderr
+    # Without its config.json the first record names the run: a mixed log is still refused.
+    (mine / bench.CONFIG).unlink()
+    with (mine / bench.SAMPLES).open("a") as f:
+        f.write((two_runs / "shallow" / bench.SAMPLES).read_text().splitlines()[0] + "\n")
+    with pytest.raises(UsageError, match="answers of another run"):
+        compare.load_run(mine)
+
+
+def test_compare_output_may_not_be_a_run_folder(two_runs, tmp_path, cli):
+    """Issue 27: `llm-compare -o` one of its inputs overwrote that run's figure2.png."""
+    runs = tmp_path / "runs"
+    shutil.copytree(two_runs, runs)
+    before = {p: p.read_bytes() for p in (runs / "shallow").iterdir()}
+    for out in (runs / "shallow", runs / "deep"):
+        code, _, stderr = cli("llm-compare", str(runs / "shallow"), str(runs / "deep"), "--out", str(out))
+        assert code == 2 and "another kind of output (llm-bench run)" in stderr and "Traceback" not in stderr, stderr
+    assert {p: p.read_bytes() for p in (runs / "shallow").iterdir()} == before
+    code, _, stderr = cli("llm-compare", str(runs / "shallow"), str(runs / "deep"), "--out", str(tmp_path / "cmp"))
+    assert code == 0, stderr

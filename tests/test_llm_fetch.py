@@ -131,6 +131,17 @@ def test_cli_fetch_error_is_one_line(tmp_path, monkeypatch):
     assert r.returncode == 2 and r.stderr.strip().startswith("stackedheads: error: unknown model")
 
 
+def test_a_busy_cache_is_one_line_without_out(tmp_path, monkeypatch, cli):
+    """Issue 27: `models fetch` said "choose another --out" when another process held its cache
+    (it has no --out)."""
+    from stackedheads.storage import FolderLock
+
+    monkeypatch.setenv("STACKEDHEADS_CACHE", str(tmp_path))
+    with FolderLock(F.cache_dir(), "another fetch"):
+        code, _, stderr = cli("models", "fetch", "smollm2", "--index-url", "http://127.0.0.1:9/simple")
+    assert code == 2 and "is in use by" in stderr and "--out" not in stderr, stderr
+
+
 def test_registry_pins_and_listing(tmp_path, monkeypatch):
     monkeypatch.setenv("STACKEDHEADS_CACHE", str(tmp_path))
     assert list(F.REGISTRY) == ["smollm2", "gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]

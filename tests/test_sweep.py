@@ -99,3 +99,46 @@ def test_paper_spec_is_section_7_1():
     c = ic[0].config
     assert (c.model.n_heads, c.model.d_model, c.batch_size, c.steps, c.optim.lr, c.optim.weight_decay) == (8, 128, 512, 10_000, 1e-3, 0.1)
     assert c.task.n_train == 2**20 and c.task.chains == 4 and c.task.dims == 4
+
+
+def _folder_of(kind: str, folder):
+    """A folder as `sweep figure4`, `train` or `llm-bench` leaves it (the files that name it)."""
+    folder.mkdir()
+    if kind == "figure4":
+        (folder / sweep.SPEC_FILE).write_text(json.dumps(presets.figure4("smoke").to_dict()))
+    elif kind == "train":
+        (folder / "config.json").write_text(json.dumps(presets.get("smoke").to_dict()))
+        (folder / "metrics.csv").write_text("step,seed\n")
+    else:
+        (folder / "config.json").write_text(json.dumps({"identity": {"model": "m"}, "invocations": []}))
+        (folder / "samples.jsonl").write_text("")
+    (folder / "summary.csv").write_text("theirs\n")
+    (folder / "claims.json").write_text('{"theirs": 1}')
+    return {p: p.read_bytes() for p in folder.iterdir()}
+
+
+@pytest.mark.parametrize("kind", ["train", "llm-bench"])
+def test_figure4_refuses_a_folder_of_another_kind(tmp_path, kind):
+    """Issue 27: `sweep figure4` into a train or llm-bench folder was accepted."""
+    before = _folder_of(kind, tmp_path / "out")
+    with pytest.raises(UsageError, match=f"another kind of output \\({'training run' if kind == 'train' else 'llm-bench run'}\\)"):
+        sweep.run_figure4(presets.figure4("smoke"), tmp_path / "out")
+    assert {p: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before  # nothing written, not even a lock
+
+
+def test_depth_sweep_refuses_a_figure4_folder(tmp_path):
+    """Issue 27: `sweep depth --out <a figure4 folder>` overwrote its summary.csv and claims.json."""
+    from stackedheads import depth
+
+    before = _folder_of("figure4", tmp_path / "out")
+    for call in (depth.check_folder, depth.run_depth):
+        with pytest.raises(UsageError, match="another kind of output \\(figure4 sweep\\)"):
+            call(presets.depth("smoke"), tmp_path / "out")
+    assert {p: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
+
+
+@pytest.mark.parametrize("content", ['{"preset": "smoke"}', '{"preset": "smoke", "base": 3, "layers": [1]}'])
+def test_a_bad_sweep_spec_is_named(tmp_path, content, cli):
+    (tmp_path / sweep.SPEC_FILE).write_text(content)
+    code, _, stderr = cli("claims", str(tmp_path))
+    assert code == 2 and "Traceback" not in stderr and str(tmp_path / sweep.SPEC_FILE) in stderr, stderr

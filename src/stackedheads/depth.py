@@ -36,9 +36,10 @@ from stackedheads.errors import UsageError
 from stackedheads.executors import Executor, Job, LocalExecutor, run_dir
 from stackedheads.plots import save_figure
 from stackedheads.storage import (
-    FolderLock,
+    RunFolder,
     atomic_write_json,
     atomic_write_text,
+    check_seeds,
     read_state_json,
 )
 from stackedheads.sweep import cross_threshold
@@ -51,6 +52,7 @@ from stackedheads.training import (
 )
 
 SPEC_FILE = "depth.json"
+KIND = "depth sweep"  # what storage.folder_kinds calls a folder holding SPEC_FILE
 
 
 @dataclass(frozen=True)
@@ -73,8 +75,7 @@ class DepthSpec:
                 raise UsageError(f"{name} must be distinct, got {list(values)}")
         if min(self.depths) < 1 or min(self.layers) < 1:
             raise UsageError("depths and layers must be >= 1")
-        if min(self.seeds) < 0:
-            raise UsageError("seeds must be >= 0")
+        check_seeds(self.seeds, "the depth grid")  # the rule of every run's seeds
 
     def config(self, depth: int, n_layers: int) -> TrainConfig:
         return self.base.override(depth=depth, ic=True, n_layers=n_layers, seeds=self.seeds)
@@ -371,6 +372,7 @@ def check_folder(spec: DepthSpec, out: str | Path) -> dict:
 
     The CLI calls it before showing progress, so the refusal is the only line printed.
     """
+    RunFolder(out, KIND).check()  # not a Figure 4 sweep's folder, a training run's, ...
     want = json.loads(json.dumps(spec.to_dict()))
     spec_path = Path(out) / SPEC_FILE
     if spec_path.exists() and read_state_json(spec_path, "the depth sweep's grid") != want:
@@ -392,7 +394,7 @@ def run_depth(
     if executor is None or isinstance(executor, LocalExecutor):  # Ray jobs may run where CUDA is
         for device in {j.config.device for j in spec.jobs()}:
             check_device(device)  # before depth.json records the grid
-    with FolderLock(out, "a depth sweep"):
+    with RunFolder(out, KIND).lock("a depth sweep"):
         want = check_folder(spec, out)
         atomic_write_json(out / SPEC_FILE, want)
         jobs = spec.jobs()

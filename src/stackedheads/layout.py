@@ -2,7 +2,7 @@
 (claims, report) looks for. One place, so that writers and readers never import each other.
 
     DIR/config.json, DIR/summary.json
-    DIR/<stage>/done.json                       a stage is finished (its summary, wall time)
+    DIR/<stage>/done.json                       a stage is finished (its summary, wall time, files)
     DIR/theory/theory.jsonl                     Sec. 5
     DIR/prompts/<formulation>.jsonl             Sec. 3-4
     DIR/llm/[<model>/]results.json, comparison.json, figure2*.png    Sec. 4
@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from stackedheads.storage import DONE  # noqa: F401  (a stage's done marker: storage.RunFolder writes it)
+
 STAGE_NAMES = ("theory", "prompts", "llm", "figure4", "circuits", "emergence")
 CIRCUITS_RUN = "transformers-A-C"  # Sec. 8: transformers A, B and C (one ensemble member each)
 EMERGENCE_RUN = "transformer-D"  # Sec. 9
-DONE = "done.json"
 
 
 def stage_dir(run: Path, stage: str) -> Path:

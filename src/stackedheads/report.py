@@ -30,7 +30,7 @@ from stackedheads.claims import sec4, sec5, sec7, sec8, sec9
 from stackedheads.claims._circuits import budget_text
 from stackedheads.errors import UsageError
 from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN, STAGE_NAMES
-from stackedheads.storage import atomic_write_json, atomic_write_text
+from stackedheads.storage import DONE, RunFolder, atomic_write_json, atomic_write_text
 
 PACKAGES = (
     "stackedheads", "torch", "numpy", "matplotlib", "safetensors", "typer", "rich", "jinja2",
@@ -157,13 +157,15 @@ def _llm_section(folder: Path) -> dict | None:
 def _stages(run: Path) -> tuple[list[dict], str]:
     rows, total = [], 0.0
     for name in STAGE_NAMES:
-        done = _json(run / name / "done.json")
+        stage = RunFolder(run / name)
+        done = stage.done(f"the {name} stage's summary")
         if done is None:
-            state = "in progress" if (run / name).exists() else "not run"
+            state = "not run" if not stage.path.exists() else "in progress" if stage.missing is None else (
+                f"to run again ({stage.missing.relative_to(run)} is missing or damaged)")
             rows.append({"name": name, "wall": "-", "state": state})
             continue
-        if not isinstance(done, dict) or not isinstance(done.get("wall_s"), (int, float)):  # written last: damage
-            raise UsageError(f"{run / name / 'done.json'} is damaged (no wall_s): delete it to run the {name} stage again (it resumes)")
+        if not isinstance(done.get("wall_s"), (int, float)):  # written last: damage
+            raise UsageError(f"{stage.path / DONE} is damaged (no wall_s): delete it to run the {name} stage again (it resumes)")
         total += done["wall_s"]
         rows.append({"name": name, "wall": _duration(done["wall_s"]), "state": "done"})
     return rows, _duration(total)
@@ -186,14 +188,21 @@ def _configs(run: Path) -> list[dict]:
     return [{"name": name, "text": p.read_text()} for name, p in files if p.exists()]
 
 
+def check_folder(run: Path) -> dict:
+    """The config.json of a folder ``reproduce`` wrote; any other folder is refused (before the
+    caller locks it: a refusal leaves nothing behind)."""
+    config = _json(Path(run) / "config.json") if Path(run).is_dir() else None
+    if not isinstance(config, dict) or not isinstance(config.get("preset"), dict):
+        raise UsageError(f"{run} is not a reproduce folder (no config.json from `stackedheads reproduce`)")
+    return config
+
+
 def write_report(run_dir: str | Path, reference_root: Path | None = None) -> Path:
     """Write ``run_dir/report/index.html`` (and its images); return the HTML's path. With
     ``reference_root`` (the repository's ``results/``), the report ends with the reference runs
     kept there, their claims re-judged from their files (:mod:`stackedheads.references`)."""
     run = Path(run_dir)
-    config = _json(run / "config.json")
-    if config is None or "preset" not in config:
-        raise UsageError(f"{run} is not a reproduce folder (no config.json from `stackedheads reproduce`)")
+    config = check_folder(run)
     report = run / "report"
     if (report / "img").exists():
         shutil.rmtree(report / "img")  # no stale figures from an earlier report

@@ -11,9 +11,11 @@ Stages, each in its own sub-folder (``out/<stage>/``):
 6. ``emergence`` -- transformer D: training with dense checkpoints, its circuit, and the
    attention per path across checkpoints (Section 9, Figures 6-7, Appendix D).
 
-A stage writes ``done.json`` (its summary and wall time) last, so re-running skips finished
-stages; an interrupted stage resumes from what it left (training checkpoints, the benchmark's
-per-sample log, finished sweep runs). The HTML report (:mod:`stackedheads.report`) is written
+A stage writes ``done.json`` (its summary, wall time and the files it wrote) last, so re-running
+skips finished stages, unless one of those files is missing or damaged: then the stage runs
+again and rebuilds it (:class:`~stackedheads.storage.RunFolder`). An interrupted stage resumes
+from what it left (training checkpoints, the benchmark's per-sample log, finished sweep runs).
+The HTML report (:mod:`stackedheads.report`) is written
 from the folder afterwards (the CLI does it); this module never imports the report, and the
 names both use live in :mod:`stackedheads.layout`.
 """
@@ -21,6 +23,7 @@ names both use live in :mod:`stackedheads.layout`.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -30,7 +33,7 @@ from stackedheads import theory
 from stackedheads.errors import UsageError, public_url
 from stackedheads.executors import Executor, Job, LocalExecutor, run_dir
 from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN
-from stackedheads.storage import FolderLock, atomic_write_text, read_state_json
+from stackedheads.storage import DONE, RunFolder, atomic_write_text, read_state_json
 from stackedheads.sweep import Figure4Spec
 from stackedheads.tasks import prompts
 from stackedheads.training import TrainConfig
@@ -278,6 +281,18 @@ def stage_emergence(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
     }
 
 
+def stage_done(stage: RunFolder, name: str) -> dict | None:
+    """A stage's summary if it finished and every file it wrote is still there and parses;
+    None when it must run (again: it resumes and rebuilds what is missing)."""
+    saved = stage.done(f"the {name} stage's summary")
+    if saved is not None and not isinstance(saved.get("wall_s"), (int, float)):  # written last: its absence means damage
+        raise UsageError(f"{stage.path / DONE} is damaged (no wall_s): delete it to run the {name} stage again (it resumes)")
+    if stage.missing is not None:
+        print(f"stackedheads: note: {stage.missing} is missing or damaged: running the {name} stage again to rebuild it",
+              file=sys.stderr)
+    return saved
+
+
 STAGES: dict[str, Callable[[ReproducePreset, Path, Context], dict]] = {
     "theory": stage_theory,
     "prompts": stage_prompts,
@@ -332,7 +347,7 @@ def reproduce(
         if not torch.cuda.is_available():
             raise UsageError("--device cuda was asked for but no CUDA device is available")
     out = Path(out_dir)
-    with FolderLock(out, "reproduce"):  # a second process on the folder gets one line
+    with RunFolder(out, "reproduce run").lock("reproduce"):  # a second process on the folder gets one line
         return _reproduce_locked(preset, out, ctx, choice, device, dtype, skip, progress)
 
 
@@ -346,8 +361,14 @@ def _reproduce_locked(preset, out: Path, ctx: Context, choice, device, dtype, sk
     config_path = out / "config.json"
     if config_path.exists():
         old = read_state_json(config_path, "the run's configuration")
-        if old.get("preset") != config["preset"]:
-            raise UsageError(f"{out} holds a run of another preset; choose a new --out")
+        shapes = {"preset": (dict,), "llm": (dict, type(None)), "device": (str, type(None)), "dtype": (str, type(None))}
+        wrong = [k for k, types in shapes.items() if not isinstance(old.get(k), types)]
+        if wrong:
+            raise UsageError(f"{config_path} has the wrong shape ({', '.join(wrong)}): delete it and run again (finished stages are kept)")
+        if old["preset"] != config["preset"]:
+            name = old["preset"].get("name")
+            same = " (of other settings)" if name == preset.name else f" ({str(name)[:40]!r})"
+            raise UsageError(f"{out} holds a run of another preset{same}; choose a new --out")
         for key in ("llm", "device", "dtype"):
             # A skipped or earlier-finished stage may leave a value unset: fill it, never change it.
             if old.get(key) is not None and config[key] is not None and old[key] != config[key]:
@@ -361,19 +382,16 @@ def _reproduce_locked(preset, out: Path, ctx: Context, choice, device, dtype, sk
     for i, name in enumerate(names):
         if progress:
             progress("stages", i, len(names))
-        stage_dir = out / name
-        done = stage_dir / "done.json"
-        if done.exists():
-            saved = read_state_json(done, f"the {name} stage's summary")
-            if not isinstance(saved.get("wall_s"), (int, float)):  # written last: its absence means damage
-                raise UsageError(f"{done} is damaged (no wall_s): delete it to run the {name} stage again (it resumes)")
+        stage = RunFolder(out / name)
+        saved = stage_done(stage, name)
+        if saved is not None:
             stages[name] = {**saved, "already_done": True}
             continue
-        stage_dir.mkdir(exist_ok=True)
+        stage.path.mkdir(exist_ok=True)
         t0 = time.perf_counter()
-        result = STAGES[name](preset, stage_dir, ctx)
+        result = STAGES[name](preset, stage.path, ctx)
         result["wall_s"] = round(time.perf_counter() - t0, 3)
-        _write_json(done, result)
+        stage.mark_done(result)
         stages[name] = result
     if progress:
         progress("stages", len(names), len(names))

@@ -11,6 +11,9 @@
   lock, even from this process, is refused.
 * :func:`safe_component`: a value read from a file (a seed, a model name) checked before it
   becomes part of a path, so no file can steer a write outside ``--out``.
+* :class:`RunFolder`: an output folder of one kind (a training run, a Figure 4 sweep, ...): a
+  folder that holds another kind is refused before anything is written there, and its done
+  marker is trusted only while every file it vouches for is there and parses.
 """
 
 from __future__ import annotations
@@ -91,10 +94,19 @@ def safe_component(value: Any, what: str) -> str:
     return text
 
 
+# Seeds name folders (``seed{s}``) and become int64 tensors and generator seeds: one rule for
+# every command and file.
+MAX_SEED = 2**63 - 1
+
+
 def check_seeds(seeds: Any, where: str | Path) -> tuple[int, ...]:
-    """Seeds read from a file: a non-empty list of integers (they name folders ``seed{s}``)."""
-    if not isinstance(seeds, (list, tuple)) or not seeds or not all(type(s) is int for s in seeds):
-        raise UsageError(f"{where}: seeds must be a non-empty list of integers, got {str(seeds)[:60]}")
+    """Seeds given or read from a file: a non-empty list of integers from 0 to :data:`MAX_SEED`."""
+    if (
+        not isinstance(seeds, (list, tuple)) or not seeds
+        or not all(type(s) is int and 0 <= s <= MAX_SEED for s in seeds)
+    ):
+        shown = list(seeds) if isinstance(seeds, tuple) else seeds
+        raise UsageError(f"{where}: seeds must be a non-empty list of integers from 0 to 2**63-1, got {str(shown)[:60]}")
     return tuple(seeds)
 
 
@@ -104,10 +116,14 @@ _HELD: dict[Path, list] = {}  # folder -> [fd, depth]: re-entrant locks this pro
 class FolderLock:
     """Exclusive lock on an output folder for the life of one process's work on it."""
 
-    def __init__(self, folder: str | Path, what: str = "this folder", reentrant: bool = False) -> None:
+    def __init__(
+        self, folder: str | Path, what: str = "this folder", reentrant: bool = False,
+        elsewhere: str | None = "choose another --out",
+    ) -> None:
         self.folder = Path(folder)
         self.what = what
         self.reentrant = reentrant
+        self.elsewhere = elsewhere  # the way out besides waiting; None where the command has no other folder
         self._fd: int | None = None
         self._key: Path | None = None
 
@@ -125,7 +141,8 @@ class FolderLock:
         except BlockingIOError:
             holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
             os.close(fd)
-            raise UsageError(f"{self.folder} is in use by {holder}; wait for it to finish or choose another --out") from None
+            alternative = f" or {self.elsewhere}" if self.elsewhere else ""
+            raise UsageError(f"{self.folder} is in use by {holder}; wait for it to finish{alternative}") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
         self._fd = fd
@@ -145,3 +162,111 @@ class FolderLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+# --- what a folder holds, and what it has finished -------------------------------------------------
+
+# Each kind of output folder, recognised by a file only that kind writes at its top, or by the
+# keys of its config.json (three kinds write one). The names are those the writing modules use
+# (sweep.SPEC_FILE, depth.SPEC_FILE, llm.bench.SAMPLES, ...); they live here because those
+# modules import this one.
+_MARKER_FILES = {
+    "sweep.json": "figure4 sweep",
+    "depth.json": "depth sweep",
+    "samples.jsonl": "llm-bench run",
+    "comparison.json": "llm comparison",
+    "metrics.csv": "training run",
+}
+_CONFIG_KEYS = {"task": "training run", "identity": "llm-bench run", "preset": "reproduce run"}
+DONE = "done.json"
+_VOUCHES = "vouches"  # the done marker's list of the files it vouches for (relative paths)
+
+
+def folder_kinds(folder: str | Path) -> set[str]:
+    """The kinds of output folder ``folder`` holds (empty for a new, empty or foreign folder)."""
+    folder = Path(folder)
+    found = {kind for name, kind in _MARKER_FILES.items() if (folder / name).is_file()}
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        config = None  # no config, or a damaged one: its owner reports that in one line
+    if isinstance(config, dict):
+        found |= {kind for key, kind in _CONFIG_KEYS.items() if key in config}
+    return found
+
+
+def _parses(path: Path) -> bool:
+    """``path`` exists and, for JSON and JSON lines, parses."""
+    if not path.is_file():
+        return False
+    if path.suffix not in (".json", ".jsonl"):
+        return True
+    try:
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".json":
+            json.loads(text)
+        else:
+            for line in text.splitlines():
+                if line.strip():
+                    json.loads(line)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return True
+
+
+class RunFolder:
+    """An output folder of one ``kind`` ("figure4 sweep", "training run", ...; see
+    :func:`folder_kinds`), or a stage folder of ``reproduce`` (no kind of its own).
+
+    * :meth:`check` refuses a folder that holds another kind (``shares``: kinds that may live
+      in the same folder), or a file where the folder should be, creating nothing.
+    * :meth:`lock` checks, then takes the folder's :class:`FolderLock`.
+    * :meth:`mark_done` writes ``done.json`` last: a summary of the work and the list of files
+      it vouches for (all but hidden files and checkpoints, which a finished run no longer needs
+      and a user may delete to free space). :meth:`done` trusts it only while each of them
+      exists and parses, so deleting a damaged file and running again rebuilds it.
+    """
+
+    def __init__(self, path: str | Path, kind: str | None = None, shares: tuple[str, ...] = ()) -> None:
+        self.path = Path(path)
+        self.kind = kind
+        self.shares = shares
+        self.missing: Path | None = None  # set by done(): the vouched-for file that is gone or damaged
+
+    def check(self) -> None:
+        if self.path.exists() and not self.path.is_dir():
+            raise UsageError(f"{self.path} exists and is not a folder; choose another --out")
+        other = sorted(folder_kinds(self.path) - {self.kind, *self.shares}) if self.path.is_dir() else []
+        if other:
+            raise UsageError(f"{self.path} holds another kind of output ({', '.join(other)}); choose another --out")
+
+    def lock(self, what: str) -> FolderLock:
+        self.check()
+        return FolderLock(self.path, what)
+
+    def mark_done(self, summary: dict) -> None:
+        files = []
+        for p in self.path.rglob("*"):
+            parts = p.relative_to(self.path).parts
+            if p.is_file() and parts != (DONE,) and "checkpoints" not in parts[:-1] and not any(x.startswith(".") for x in parts):
+                files.append("/".join(parts))
+        # Not atomic_write_json: a stage's summary may hold a NaN, which done.json has always accepted.
+        atomic_write_text(self.path / DONE, json.dumps({**summary, _VOUCHES: sorted(files)}, indent=2))
+
+    def done(self, what: str) -> dict | None:
+        """The done marker's summary; None when there is none, or when a file it vouches for is
+        missing or damaged (then :attr:`missing` names it, and the work must run again to
+        rebuild it). A damaged marker is one line (:func:`read_state_json`)."""
+        self.missing = None
+        path = self.path / DONE
+        if not path.exists():
+            return None
+        saved = read_state_json(path, what)
+        vouched = saved.pop(_VOUCHES, [])  # markers written before it vouched for files trust as before
+        if not isinstance(vouched, list) or not all(isinstance(f, str) for f in vouched):
+            raise UsageError(f"{path} is damaged (its list of files): delete it to run the work again (it resumes)")
+        bad = next((f for f in vouched if not _parses(self.path / f)), None)
+        if bad is not None:
+            self.missing = self.path / bad
+            return None
+        return saved

@@ -22,7 +22,7 @@ from stackedheads.errors import UsageError
 from stackedheads.executors import Executor, Job, LocalExecutor, run_dir
 from stackedheads.plots import save_figure
 from stackedheads.storage import (
-    FolderLock,
+    RunFolder,
     atomic_write_json,
     atomic_write_text,
     read_state_json,
@@ -38,6 +38,7 @@ from stackedheads.training import (
 CROSS = 0.5  # C2's threshold on a partial loss (Section 7.2), for the paper's N = 4 chains
 NON_IC_FLOOR = 0.7  # C1's threshold (Section 7.2), for N = 4
 SPEC_FILE = "sweep.json"
+KIND = "figure4 sweep"  # what storage.folder_kinds calls a folder holding SPEC_FILE
 
 
 def plateau_scaled(paper_value: float, chains: int) -> float:
@@ -213,7 +214,7 @@ def run_figure4(spec: Figure4Spec, out: str | Path, executor: Executor | None = 
     if executor is None or isinstance(executor, LocalExecutor):  # Ray jobs may run where CUDA is
         for device in {j.config.device for j in spec.jobs()}:
             check_device(device)  # before sweep.json records the spec
-    with FolderLock(out, "figure4 sweep"):  # a second process on the folder gets one line
+    with RunFolder(out, KIND).lock("figure4 sweep"):  # another kind of folder, or a second process: one line
         return _run_figure4_locked(spec, out, executor, on_done)
 
 
@@ -241,6 +242,10 @@ def _run_figure4_locked(spec: Figure4Spec, out: Path, executor: Executor | None,
 def finished_jobs(out: str | Path) -> tuple[Figure4Spec, list[Job], list[str]]:
     """A sweep folder's specification, its finished jobs and the names of the unfinished ones."""
     out = Path(out)
-    spec = Figure4Spec.from_dict(read_state_json(out / SPEC_FILE, "a Figure 4 sweep specification"))
+    data = read_state_json(out / SPEC_FILE, "a Figure 4 sweep specification")
+    try:
+        spec = Figure4Spec.from_dict(data)
+    except UsageError as e:
+        raise UsageError(f"{out / SPEC_FILE}: {e}; delete it and run the sweep again to rebuild it") from None
     done = [j for j in spec.jobs() if run_is_complete(run_dir(out, j))]
     return spec, done, [j.name for j in spec.jobs() if j not in done]

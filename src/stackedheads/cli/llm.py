@@ -85,7 +85,11 @@ def llm_bench_cmd(
     folders = {m: (out / model_dir_name(m) if len(models) > 1 else out) for m in models}
     if len(set(folders.values())) != len(folders):
         raise UsageError(f"--model values {', '.join(models)} share a folder name; give distinct models")
-    
+    if len(models) > 1:  # --out gets the comparison: not a one-model run's folder
+        from stackedheads.llm.compare import KIND
+        from stackedheads.storage import RunFolder
+
+        RunFolder(out, KIND).check()
     for m in models:
         info = {"backend": backend, "model": m, **recorded}
         engine = make_backend(backend, m, **options)
@@ -110,11 +114,13 @@ def llm_compare_cmd(
 ) -> None:
     """Compare finished (or running) llm-bench folders: Figure 2 with one bar / line per model,
     accuracy vs D for every formulation with a depth, and the table model x formulation."""
-    from stackedheads.llm.compare import compare
+    from stackedheads.llm.compare import KIND, compare
+    from stackedheads.storage import RunFolder
 
     for r in runs:
         if not r.is_dir():
             raise UsageError(f"{r} is not a folder")
+    RunFolder(out, KIND).check()  # not a run's folder (an input's figure2.png would be overwritten)
     done = compare(runs, out)
     sys.stdout.write((out / "comparison.md").read_text())
     console.print(f"comparison: {out / 'comparison.json'}  figures: {', '.join(done['figures'][::2])}")

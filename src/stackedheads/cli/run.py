@@ -106,12 +106,13 @@ def report_cmd(
     run_dir: Path = typer.Argument(..., help="A folder written by `stackedheads reproduce`."),
 ) -> None:
     """Write DIR/report/index.html: claims vs measurements, every figure, configs and versions (offline)."""
-    from stackedheads.report import write_report
+    from stackedheads.report import check_folder, write_report
     from stackedheads.storage import FolderLock
 
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir} is not a folder")
-    with FolderLock(run_dir, "report"):  # not while `reproduce` writes the folder (and its report)
+    check_folder(run_dir)  # before the lock: a refused folder keeps no .lock
+    with FolderLock(run_dir, "report", elsewhere=None):  # not while `reproduce` writes the folder (and its report)
         path = write_report(run_dir, references.results_dir())
     console.print(f"report: {path}")
 

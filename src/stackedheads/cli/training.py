@@ -32,10 +32,12 @@ def train_cmd(
     Every field of the training configuration is an option and overrides the preset.
     """
     from stackedheads import presets
+    from stackedheads.storage import RunFolder
     from stackedheads.training import train
 
     cfg = presets.get(preset).override(**config_overrides(fields))
     apply_threads(cfg.threads, cfg.device)  # the run records the count (config.json)
+    RunFolder(out, "training run").check()  # not a sweep's or a benchmark's folder
     bar, factory = progress_bar(f"train {out.name}")
     with bar:
         summary = train(cfg, out, progress=factory(f"train {out.name}"))

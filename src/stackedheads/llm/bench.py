@@ -37,7 +37,7 @@ from typing import Any
 from stackedheads.errors import UsageError
 from stackedheads.llm.backends import Backend, Generation, Request, clean_text
 from stackedheads.plots import save_figure
-from stackedheads.storage import FolderLock, atomic_write_json, read_state_json
+from stackedheads.storage import RunFolder, atomic_write_json, read_state_json
 from stackedheads.tasks import prompts
 from stackedheads.tasks.formulations import FORMULATIONS
 from stackedheads.tasks.prompts import Question
@@ -62,6 +62,7 @@ PROTOCOL_VERSION = 1
 SAMPLES = "samples.jsonl"
 CONFIG = "config.json"
 RESULTS = "results.json"
+KIND = "llm-bench run"  # what storage.folder_kinds calls a folder holding SAMPLES
 _Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
 # Fields of the run identity: a folder answered under one of these values must not be mixed
@@ -382,8 +383,11 @@ def _check_folder(out: Path, identity: dict[str, Any], invocation: dict[str, Any
     atomic_write_json(path, {"identity": identity, "invocations": runs})
 
 
-def _check_records(records: dict[str, dict[str, Any]], identity: dict[str, Any], samples: Path, vouched: bool) -> None:
-    """Every resumed answer must come from this run's identity (a samples.jsonl without its
+def check_records(
+    records: dict[str, dict[str, Any]], identity: dict[str, Any], samples: Path, vouched: bool,
+    advice: str = "use another --out",
+) -> None:
+    """Every answer must come from this run's identity (a samples.jsonl without its
     config.json, or copied from elsewhere, must not credit one model with another's answers).
     Records from before these fields were stored are accepted only where config.json vouches."""
     for key, rec in records.items():
@@ -393,7 +397,7 @@ def _check_records(records: dict[str, dict[str, Any]], identity: dict[str, Any],
             if rec.get(k, "(not recorded)") != want:
                 raise UsageError(
                     f"{samples} holds answers of another run ({key}: {k} {str(rec.get(k, '(not recorded)'))[:60]!r} "
-                    f"there, {want!r} now); use another --out"
+                    f"there, {want!r} expected); {advice}"
                 )
 
 
@@ -408,7 +412,8 @@ def run_bench(
     Figure 2; return the results. ``backend_info`` (JSON, no secrets) goes to config.json."""
     out = Path(out)
     questions = plan(cfg)  # validates before anything is written
-    with FolderLock(out, "llm-bench"):
+    # A run folder may hold the comparison of its one model (reproduce's llm stage), nothing else.
+    with RunFolder(out, KIND, shares=("llm comparison",)).lock("llm-bench"):
         return _run_bench_locked(backend, cfg, out, questions, progress, backend_info)
 
 
@@ -423,7 +428,7 @@ def _run_bench_locked(backend, cfg, out: Path, questions, progress, backend_info
     samples = out / SAMPLES
     _repair_tail(samples)
     done = load_records(samples)
-    _check_records(done, identity, samples, vouched)  # before config.json records this invocation
+    check_records(done, identity, samples, vouched)  # before config.json records this invocation
     _check_folder(out, identity, invocation)
     todo = [q for q in questions if _key(q) not in done]
     total = len(questions)

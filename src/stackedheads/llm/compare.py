@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from stackedheads.errors import UsageError
-from stackedheads.llm.bench import CONFIG, SAMPLES, load_records, summarise
+from stackedheads.llm.bench import CONFIG, SAMPLES, check_records, load_records, summarise
 from stackedheads.plots import save_figure
 from stackedheads.storage import atomic_write_json, atomic_write_text, read_state_json
 from stackedheads.tasks.formulations import FORMULATIONS
@@ -28,6 +28,7 @@ from stackedheads.tasks.formulations import FORMULATIONS
 __all__ = ["compare", "depth_formulations", "load_run", "model_dir_name", "table_markdown"]
 
 COMPARISON = "comparison.json"
+KIND = "llm comparison"  # what storage.folder_kinds calls a folder holding COMPARISON
 
 
 def depth_formulations() -> tuple[str, ...]:
@@ -55,9 +56,13 @@ def load_run(folder: Path) -> dict[str, Any]:
         except UsageError:  # the records carry the identity too
             identity = {}
         identity = identity if isinstance(identity, dict) else {}
+    vouched = bool(identity)
     if not identity:
         first = next(iter(records.values()))
         identity = {k: first.get(k) for k in ("backend", "model", "mode")}
+    # As llm-bench does before resuming: answers copied from another run's folder must not be
+    # credited to this one's model.
+    check_records(records, identity, folder / SAMPLES, vouched, advice="compare that run's own folder")
     results = summarise(records.values(), identity)
     results["folder"] = str(folder)
     return results

