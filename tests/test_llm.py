@@ -661,3 +661,82 @@ def test_hf_backend_runs_the_protocol(tiny_hf_model, tmp_path, mode):
     bench.run_bench(again, cfg, tmp_path / "again")
     rows2 = [json.loads(x) for x in (tmp_path / "again" / "samples.jsonl").read_text().splitlines()]
     assert [d["text"] for r in rows for d in r["draws"]] == [d["text"] for r in rows2 for d in r["draws"]]
+
+
+# --- issue 27: URLs, keys and replies --------------------------------------------------------------
+
+
+def _bench_args(out, *args):
+    return ("llm-bench", "--backend", "openai", "--model", "m", "--formulation", "equations", "--depth", "2",
+            "--n", "2", "--max-draws", "1", "--max-retries", "0", "--out", str(out), *args)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:99999/v1", "http://[::1", "ftp://127.0.0.1/v1", "http:///v1"])
+def test_a_bad_base_url_is_one_line_and_writes_nothing(tmp_path, url, cli):
+    """Issue 27: a port out of range or an unclosed IPv6 bracket was a 153-line exception group."""
+    code, _, stderr = cli(*_bench_args(tmp_path / "bench", "--base-url", url))
+    assert code == 2 and "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    assert "--base-url" in stderr and not (tmp_path / "bench").exists()
+    code, _, stderr = cli("reproduce", "--preset", "smoke", "--out", str(tmp_path / "rep"), "--llm-backend", "openai",
+                          "--llm-model", "m", "--llm-base-url", url)
+    assert code == 2 and "Traceback" not in stderr and "--llm-base-url" in stderr, stderr
+    assert not (tmp_path / "rep").exists()
+
+
+def test_a_key_in_the_base_url_query_is_never_written_or_shown(tmp_path, monkeypatch, cli):
+    """Issue 27: ``--base-url ...?api-key=KEY`` went to config.json and into error messages."""
+    from stackedheads import errors
+
+    monkeypatch.setattr(errors, "_SECRETS", set())  # what this test registers stays here
+    key = "qs-SECRET-5151515151"
+    with FakeOpenAIServer() as srv:
+        url = f"{srv.url}?api-key={key}&x=1"  # nobody listens once the server is closed
+    code, out, stderr = cli(*_bench_args(tmp_path / "bench", "--base-url", url))
+    assert code == 1 and "giving up" in stderr, stderr
+    config = json.loads((tmp_path / "bench" / "config.json").read_text())
+    assert config["invocations"][0]["backend"]["base_url"].endswith("/v1?api-key=***&x=1")
+    code, out2, stderr2 = cli("reproduce", "--preset", "smoke", "--out", str(tmp_path / "rep"), "--skip", "theory",
+                              "--skip", "prompts", "--skip", "figure4", "--skip", "circuits", "--skip", "emergence",
+                              "--llm-backend", "openai", "--llm-model", "m", "--llm-base-url", url)
+    assert code == 1 and "giving up" in stderr2, stderr2
+    for text in (out, stderr, out2, stderr2):
+        assert key not in text
+    for p in tmp_path.rglob("*"):
+        assert not p.is_file() or key.encode() not in p.read_bytes(), p
+    assert errors.public_url(url).endswith("?api-key=***&x=1") and key not in errors.redact(f"GET {url} failed")
+
+
+def test_a_key_equal_to_an_answer_word_costs_no_answer(tmp_path, monkeypatch, cli):
+    """Issue 27: OPENAI_API_KEY=Amsterdam made every answer *** before it was scored (12/12
+    unanswered). Answers are scored as given; what is stored is redacted after."""
+    from stackedheads import errors
+    from stackedheads.tasks.prompts import generate_many
+
+    monkeypatch.setattr(errors, "_SECRETS", set())
+    questions = generate_many("lives-with", n=12, seed=0)
+    key = next(q.answer for q in questions if len(q.answer) >= errors.MIN_SECRET_CHARS)
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    out = tmp_path / "bench"
+    with FakeOpenAIServer() as srv:
+        code, stdout, stderr = cli("llm-bench", "--backend", "openai", "--model", "m", "--base-url", srv.url,
+                                   "--formulation", "lives-with", "--n", "12", "--max-draws", "1", "--out", str(out))
+    assert code == 0, stderr
+    cell = json.loads((out / "results.json").read_text())["per_formulation"]["lives-with"]
+    assert (cell["correct"], cell["unanswered"]) == (12, 0)
+    assert key not in stdout + stderr
+    for p in out.rglob("*"):
+        assert key.encode() not in p.read_bytes(), p
+    # A short key is no secret: redacting it would corrupt ordinary words.
+    errors.register_secret("Paris")
+    assert errors.redact_secrets("Paris") == "Paris"
+
+
+def test_an_html_reply_is_not_called_json(monkeypatch):
+    """Issue 27: a proxy's HTML page was reported as "a JSON str"."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    backend = OpenAIBackend("m", "http://127.0.0.1:9/v1")
+    with pytest.raises(Exception, match="not JSON: '<!DOCTYPE html>") as e:
+        backend._extract("<!DOCTYPE html><html><body>502 Bad Gateway</body></html>")
+    assert "JSON str" not in backend._describe(e.value)
+    with pytest.raises(Exception, match="a JSON array, not a completion"):
+        backend._extract([1, 2])

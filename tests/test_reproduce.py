@@ -229,3 +229,101 @@ def test_report_in_headless_chromium(smoke, tmp_path):
         victim.unlink()
         broken = [src for src, complete, width in _inspect(driver, copy / "index.html")["images"] if not width]
         assert broken == ["img/figure4__figure4.png"]
+
+
+# --- issue 27 ------------------------------------------------------------------------------------
+
+THEORY_ONLY = ("--skip", "prompts", "--skip", "llm", "--skip", "figure4", "--skip", "circuits", "--skip", "emergence")
+
+
+def _verdicts(cli_process, out: Path) -> dict[str, str]:
+    r = cli_process("claims", str(out), "--json")
+    assert r.code == 0, r.err
+    return {c["id"]: c["verdict"] for c in json.loads(r.out)}
+
+
+def test_following_the_advice_for_a_damaged_file_rebuilds_it(smoke, tmp_path, cli_process):
+    """Issue 27: a damaged circuits/discovered/seed0/summary.json or figure4/sweep.json said
+    "delete it"; after that the stage showed "done earlier", rebuilt nothing, and A1-A5 / C0-C3
+    became NOT RUN. A stage's done marker vouches for its files: the re-run rebuilds them."""
+    out = tmp_path / "copy"
+    shutil.copytree(smoke, out)
+    before = _verdicts(cli_process, out)
+    damaged = [out / "circuits" / "discovered" / "seed0" / "summary.json", out / "figure4" / "sweep.json"]
+    for path in damaged:
+        path.write_text('{"cut sho')
+    r = cli_process("claims", str(out))
+    assert r.code == 2 and "delete it" in r.err, r.err
+    for path in damaged:  # the advice
+        path.unlink()
+    r = cli_process("reproduce", "--preset", "smoke", "--out", str(out))
+    assert r.code == 0, r.err
+    assert "running the circuits stage again" in r.err and "running the figure4 stage again" in r.err
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s for s in STAGE_NAMES if not summary["stages"][s].get("already_done")] == ["figure4", "circuits"]
+    assert all(p.exists() for p in damaged)
+    after = _verdicts(cli_process, out)
+    assert after == before and all(after[c] != claims.NOT_RUN for c in ("A1", "A5", "C0", "C3"))
+
+
+def test_a_missing_stage_file_reruns_its_stage(tmp_path, cli):
+    out = tmp_path / "rep"
+    code, _, stderr = cli("reproduce", "--preset", "smoke", "--out", str(out), *THEORY_ONLY)
+    assert code == 0, stderr
+    good = {p.name: p.read_bytes() for p in (out / "theory").glob("theory.*")}
+    (out / "theory" / "theory.png").unlink()
+    code, _, stderr = cli("report", str(out))
+    assert code == 0, stderr
+    assert "to run again (theory/theory.png is missing or damaged)" in (out / "report" / "index.html").read_text()
+    code, _, stderr = cli("reproduce", "--preset", "smoke", "--out", str(out), *THEORY_ONLY)
+    assert code == 0 and "theory.png is missing or damaged: running the theory stage again" in stderr, stderr
+    assert not json.loads((out / "summary.json").read_text())["stages"]["theory"].get("already_done")
+    assert {p.name: p.read_bytes() for p in (out / "theory").glob("theory.*")}.keys() == good.keys()
+    code, _, stderr = cli("reproduce", "--preset", "smoke", "--out", str(out), *THEORY_ONLY)
+    assert code == 0 and json.loads((out / "summary.json").read_text())["stages"]["theory"]["already_done"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--llm-concurrency", "0"), "--llm-concurrency must be >= 1, got 0"),
+    (("--llm-concurrency", "-3"), "--llm-concurrency must be >= 1, got -3"),
+    (("--llm-concurrency", "3"), "--llm-concurrency does not apply to backend llamacpp"),
+    (("--llm-api-key-env", "MY_KEY"), "--llm-api-key-env does not apply to backend llamacpp"),
+    (("--llm-threads", "2", "--skip", "llm"), "--llm-* options do not apply with --skip llm"),
+])
+def test_llm_options_for_the_presets_model_are_validated(tmp_path, args, message, cli):
+    """Issue 27: `--llm-concurrency 0` with the preset's backend was silently recorded as 1."""
+    code, _, stderr = cli("reproduce", "--preset", "smoke", "--out", str(tmp_path / "rep"), *args)
+    assert code == 2 and message in stderr and "Traceback" not in stderr, stderr
+    assert not (tmp_path / "rep").exists()
+
+
+def test_report_refusing_a_folder_leaves_nothing_behind(tmp_path, cli):
+    """Issue 27: `report /` created /.lock before refusing the folder."""
+    code, _, stderr = cli("report", str(tmp_path))
+    assert code == 2 and "not a reproduce folder" in stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_busy_folder_is_one_line_without_out(tmp_path, cli):
+    """Issue 27: `report` said "choose another --out" (it has none)."""
+    from stackedheads.storage import FolderLock
+
+    out = tmp_path / "rep"
+    code, _, stderr = cli("reproduce", "--preset", "smoke", "--out", str(out), *THEORY_ONLY)
+    assert code == 0, stderr
+    with FolderLock(out, "reproduce"):
+        code, _, stderr = cli("report", str(out))
+    assert code == 2 and "is in use by" in stderr and "--out" not in stderr, stderr
+
+
+@pytest.mark.parametrize("change", [{"preset": "smoke"}, {"device": 3}, {"llm": "smollm2"}])
+def test_a_reproduce_config_of_the_wrong_shape_says_so(tmp_path, change, cli):
+    """Issue 27: a config.json with fields of the wrong type was called "another preset"."""
+    out = tmp_path / "rep"
+    code, _, stderr = cli("reproduce", "--preset", "smoke", "--out", str(out), *THEORY_ONLY)
+    assert code == 0, stderr
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, **change}))
+    code, _, stderr = cli("reproduce", "--preset", "smoke", "--out", str(out), *THEORY_ONLY)
+    assert code == 2 and "config.json has the wrong shape" in stderr and "another preset" not in stderr, stderr
+    assert next(iter(change)) in stderr

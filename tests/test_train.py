@@ -33,7 +33,7 @@ def metric_rows(run_dir):
 def test_run_folder_is_self_describing(tmp_path):
     summary = train(SMOKE, tmp_path)
     cfg = TrainConfig.from_dict(json.loads((tmp_path / "config.json").read_text()))
-    assert cfg == SMOKE
+    assert cfg == SMOKE.resolved()  # dtype and threads made concrete, as recorded
     steps = [s for s, _ in list_checkpoints(tmp_path)]
     assert steps == [SMOKE.steps - SMOKE.ckpt_every, SMOKE.steps]  # keep_checkpoints=False keeps the last two
     rows = read_metrics(tmp_path)
@@ -47,7 +47,7 @@ def test_run_folder_is_self_describing(tmp_path):
     assert s1["final_partial"]["val_x2"] == pytest.approx(sum(r["val_x2"] for r in tail) / len(tail))
     # The checkpoint reloads into a model that reproduces the logged validation loss.
     model, cfg2, step = load_model(list_checkpoints(tmp_path)[-1][1])
-    assert step == SMOKE.steps and cfg2 == SMOKE and model.n_members == 2
+    assert step == SMOKE.steps and cfg2 == SMOKE.resolved() and model.n_members == 2
 
 
 def test_interrupted_run_resumes_to_identical_numbers(tmp_path):
@@ -146,3 +146,77 @@ def test_train_cli_bad_input_is_one_line():
         capture_output=True, text=True,
     )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "dims" in r.stderr
+
+
+def test_a_checkpoint_from_another_run_is_refused(tmp_path):
+    """Issue 27: a checkpoint copied in from another run (its metadata says another step, or
+    another config) was resumed by `train` and analysed by `circuit discover`."""
+    import shutil
+
+    from stackedheads.circuits.discover import discover_run
+    from stackedheads.training import checkpoint_path
+
+    cfg = SMOKE.override(keep_checkpoints=True)
+    other, run = tmp_path / "other", tmp_path / "run"
+    train(cfg, other)
+    train(cfg.override(lr=3e-3), tmp_path / "other-lr")
+    train(cfg, run, stop_after=10)
+    # Its step 20 copied in as this run's step 25: the name's step is not the header's.
+    shutil.copy(checkpoint_path(other, 20), checkpoint_path(run, 25))
+    with pytest.raises(UsageError, match="holds step 20, not 25"):
+        train(cfg, run)
+    with pytest.raises(UsageError, match="holds step 20, not 25"):
+        discover_run(run, tmp_path / "circuits")
+    # The right step of a run with another config.
+    checkpoint_path(run, 25).unlink()
+    shutil.copy(checkpoint_path(tmp_path / "other-lr", 20), checkpoint_path(run, 20))
+    with pytest.raises(UsageError, match="another configuration"):
+        train(cfg, run)
+    with pytest.raises(UsageError, match="another configuration"):
+        discover_run(run, tmp_path / "circuits")
+    assert list_checkpoints(run)[-1][0] == 20  # refused, not set aside as damaged
+    checkpoint_path(run, 20).unlink()
+    assert train(cfg, run)["seeds"] == train(cfg, other)["seeds"]  # its own checkpoints resume as before
+
+
+def _train_args(out, *args):
+    return ("train", "--preset", "smoke", "--steps", "10", "--ckpt-every", "10", "--out", str(out), *args)
+
+
+@pytest.mark.parametrize("args", [("--pe-base", "nan"), ("--pe-base", "inf"), ("--lr", "nan"),
+                                  ("--seeds", "99999999999999999999"), ("--seeds", "-1")])
+def test_bad_numbers_are_one_line_and_write_nothing(tmp_path, args, cli):
+    """Issue 27: --pe-base nan left a folder behind (a traceback), a seed beyond int64 wrote a
+    config.json that blocked the corrected run, and --seeds -1 was accepted (sweep depth refused it)."""
+    code, _, stderr = cli(*_train_args(tmp_path / "run", *args))
+    assert code == 2 and "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    assert args[0] in stderr and not (tmp_path / "run").exists()
+    code, _, stderr = cli(*_train_args(tmp_path / "run"))  # the corrected run
+    assert code == 0, stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("threads", ["100000", "1000"])
+def test_absurd_thread_counts_are_one_line(tmp_path, threads, cli_process):
+    """Issue 27: --threads 100000 crashed the process (exit 139). A separate process: a crash
+    must not take the test session with it."""
+    r = cli_process(*_train_args(tmp_path / "run", "--threads", threads))
+    assert r.code == 2 and "threads must" in r.err and "Traceback" not in r.err, r.err
+    assert len(r.err.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("part", ["model", "optim"])
+def test_a_run_config_with_a_part_that_is_no_object_is_one_line(tmp_path, part, cli):
+    """Issue 27: a run's config.json with "model": "x" was a traceback."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({**presets.get("smoke").to_dict(), part: "x"}))
+    code, _, stderr = cli(*_train_args(run))
+    assert code == 2 and "Traceback" not in stderr and f"'{part}' must be a JSON object" in stderr, stderr
+
+
+def test_train_refuses_a_sweep_folder(tmp_path, cli):
+    (tmp_path / "sweep.json").write_text(json.dumps(presets.figure4("smoke").to_dict()))
+    code, _, stderr = cli(*_train_args(tmp_path))
+    assert code == 2 and "another kind of output (figure4 sweep)" in stderr, stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep.json"]

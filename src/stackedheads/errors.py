@@ -5,7 +5,7 @@ is a bug and keeps its traceback (with secrets redacted).
 """
 
 import re
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 
 class UsageError(ValueError):
@@ -27,12 +27,17 @@ _HEADER = re.compile(
     """
 )
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+# A credential in a URL's query string: ?api-key=..., &access_token=..., &sig=...
+_QUERY_NAME = r"[\w.-]*(?:key|token|secret|password|passwd|pwd|auth|sig|signature|credential)[\w.-]*"
+_URL_QUERY = re.compile(rf"(?i)([?&]{_QUERY_NAME}=)[^&#\s\"']+")
+# Shorter values are not redacted: "EMPTY" or "none" (placeholders local servers accept) are no
+# secrets, and replacing a short word would corrupt ordinary text (and answers).
+MIN_SECRET_CHARS = 8
 
 
 def register_secret(value: str | None) -> None:
-    """Never show or write ``value``. Short values ("EMPTY", "none": placeholders local servers
-    accept) are no secrets, and replacing them would corrupt ordinary text."""
-    if value and len(value) >= 8:
+    """Never show or write ``value`` if it has at least :data:`MIN_SECRET_CHARS` characters."""
+    if value and len(value) >= MIN_SECRET_CHARS:
         _SECRETS.add(value)
 
 
@@ -48,19 +53,27 @@ def redact(text: str) -> str:
     """``text`` without any registered secret, Authorization/api-key value or URL password."""
     text = redact_secrets(str(text))
     text = _HEADER.sub(lambda m: (m.group(1) or m.group(2) or m.group(3)) + REDACTED, text)
+    text = _URL_QUERY.sub(lambda m: m.group(1) + REDACTED, text)
     return _URL_USERINFO.sub(lambda m: m.group(1) + REDACTED + "@", text)
 
 
 def public_url(url: str | None) -> str | None:
-    """``url`` with any ``user:password@`` removed: the form that may be shown or written."""
+    """``url`` without credentials (``user:password@``, a key in the query string): the form
+    that may be shown or written. The values removed are registered as secrets."""
     if not url:
         return url
     try:
         parts = urlsplit(url)
     except ValueError:
         return redact(url)
+    query = "?" + parts.query
+    for m in _URL_QUERY.finditer(query):
+        value = m.group(0)[len(m.group(1)):]
+        register_secret(value)  # as typed, and as the server receives it
+        register_secret(unquote(value))
+    parts = parts._replace(query=_URL_QUERY.sub(lambda m: m.group(1) + REDACTED, query)[1:])
     if parts.username is None and parts.password is None:
-        return url
+        return urlunsplit(parts) if query[1:] != parts.query else url
     if parts.password:
         register_secret(parts.password)
     elif parts.username and len(parts.username) >= 8:  # https://TOKEN@host: the name is the token

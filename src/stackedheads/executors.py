@@ -29,6 +29,7 @@ from stackedheads.model import flops_per_step
 from stackedheads.perf import (
     apply_threads,
     available_cores,
+    check_threads,
     default_threads,
     openmp_env,
 )
@@ -97,8 +98,9 @@ class LocalExecutor:
         workers: int | None = None,
         threads: int | None = None,
     ) -> None:
-        if workers is not None and workers < 1 or threads is not None and threads < 1:
-            raise UsageError("--workers and --threads must be >= 1")
+        if workers is not None and workers < 1:
+            raise UsageError(f"--workers must be >= 1, got {workers}")
+        check_threads(threads)
         self.progress_factory, self.workers, self.threads = progress_factory, workers, threads
 
     def plan(self, jobs: Sequence[Job]) -> tuple[int, int | None]:

@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from stackedheads.errors import UsageError
+
 _M_TRIM_THRESHOLD = -1  # mallopt parameter numbers from glibc's malloc.h
 _M_MMAP_MAX = -4
 _state = {"done": False}
@@ -124,6 +126,20 @@ def default_threads(device: str, cores: int | None = None) -> int:
     if device.startswith("cuda"):
         return min(n, GPU_HOST_THREADS)
     return max(1, n - round(busy_cores()))
+
+
+# Threads per core a training process may ask for: more only slows it, and torch crashed
+# (segmentation fault) starting 100,000 of them.
+MAX_THREADS_PER_CORE = 4
+
+
+def check_threads(threads: int | None) -> None:
+    """Refuse a ``--threads`` below 1 or above :data:`MAX_THREADS_PER_CORE` per core here."""
+    if threads is None:
+        return
+    most = MAX_THREADS_PER_CORE * available_cores()
+    if not 1 <= threads <= most:
+        raise UsageError(f"--threads must be between 1 and {most} ({MAX_THREADS_PER_CORE} per core of this machine), got {threads}")
 
 
 def apply_threads(threads: int | None, device: str = "cpu") -> int:

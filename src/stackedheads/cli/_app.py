@@ -54,18 +54,20 @@ WORKERS_HELP = "Local jobs trained at once, each in its own process (default: on
 
 
 def apply_threads(threads: int | None, device: str) -> None:
-    from stackedheads.perf import apply_threads
+    from stackedheads.perf import apply_threads, check_threads
 
-    if threads is not None and threads < 1:
-        raise UsageError(f"--threads must be >= 1, got {threads}")
+    check_threads(threads)
     apply_threads(threads, device)
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:
+    from stackedheads.storage import check_seeds
+
     try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
+        seeds = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise UsageError(f"--seeds must be comma-separated integers, got {text!r}") from None
+    return check_seeds(seeds, "--seeds")
 
 
 def parse_floats(text: str, option: str) -> tuple[float, ...]:
@@ -154,6 +156,12 @@ def config_parameters() -> list:
 
 
 def config_overrides(values: dict) -> dict:
-    """The generated options' values as :meth:`TrainConfig.override` takes them (lists parsed)."""
+    """The generated options' values as :meth:`TrainConfig.override` takes them (lists parsed,
+    numbers finite: a NaN would reach config.json, which JSON cannot hold)."""
+    import math
+
     parsers = {"seeds": parse_seeds, "betas": lambda t: parse_floats(t, "--betas"), "decay_exempt": parse_names}
+    for name, value in values.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UsageError(f"--{OPTION_NAMES.get(name, name).replace('_', '-')} must be a finite number, got {value}")
     return {k: parsers[k](v) if k in parsers and v is not None else v for k, v in values.items()}

@@ -51,7 +51,7 @@ def llm_bench_cmd(
     mode: Optional[str] = typer.Option(None, "--mode", help="chat or completion (default: chat; completion for gemma3-270m)."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="openai: server URL, e.g. http://127.0.0.1:8000/v1."),
     # Backend options: None is "not given" (the backend's default); a backend refuses those it does not take.
-    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="openai: environment variable that holds the API key (never written anywhere) (default: OPENAI_API_KEY)."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="openai: environment variable that holds the API key (default: OPENAI_API_KEY). Never written anywhere; a key of at least 8 characters is redacted from all output and files, a shorter one is not (it could be an ordinary word)."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help="openai: questions in flight at once (default: 1)."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="openai: seconds per request (default: 60)."),
     max_retries: Optional[int] = typer.Option(None, "--max-retries", help="openai: retries on 429, 5xx, timeouts, connection errors (exponential backoff, jitter, Retry-After) (default: 5)."),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -35,8 +36,8 @@ def reproduce_cmd(
     llm_model: Optional[str] = typer.Option(None, "--llm-model", help="llm stage: the model (see `llm-bench --help`)."),
     llm_mode: Optional[str] = typer.Option(None, "--llm-mode", help="llm stage: chat or completion."),
     llm_base_url: Optional[str] = typer.Option(None, "--llm-base-url", help="llm stage, openai: server URL."),
-    llm_api_key_env: str = typer.Option("OPENAI_API_KEY", "--llm-api-key-env", help="llm stage, openai: variable holding the API key (never written)."),
-    llm_concurrency: int = typer.Option(1, "--llm-concurrency", help="llm stage, openai: questions in flight."),
+    llm_api_key_env: Optional[str] = typer.Option(None, "--llm-api-key-env", help="llm stage, openai: variable holding the API key (default: OPENAI_API_KEY; never written; a key of at least 8 characters is redacted from all output, a shorter one is not)."),
+    llm_concurrency: Optional[int] = typer.Option(None, "--llm-concurrency", help="llm stage, openai: questions in flight (default: 1)."),
     llm_threads: Optional[int] = typer.Option(None, "--llm-threads", help="llm stage, llamacpp/hf: CPU threads."),
     skip: list[str] = typer.Option([], "--skip", help="A stage to leave out (repeatable): theory, prompts, llm, figure4, circuits, emergence."),
     workers: Optional[int] = typer.Option(None, "--workers", help=WORKERS_HELP),
@@ -47,15 +48,21 @@ def reproduce_cmd(
     from stackedheads.claims import claims_table, collect
     from stackedheads.executors import make_executor
     from stackedheads.report import write_report
-    from stackedheads.reproduce import LLMChoice, reproduce
+    from stackedheads.reproduce import LLMChoice, reproduce, resolve_llm
     from stackedheads.storage import FolderLock
 
     chosen = presets.reproduce(preset)
     if (llm_backend is None) != (llm_model is None):
         raise UsageError("give --llm-backend and --llm-model together")
+    given = {k: v for k, v in {"mode": llm_mode, "base_url": llm_base_url, "api_key_env": llm_api_key_env,
+                               "concurrency": llm_concurrency, "threads": llm_threads}.items() if v is not None}
     choice = None
+    if "llm" in skip and (given or llm_backend is not None):
+        raise UsageError("--llm-* options do not apply with --skip llm")
     if llm_backend is not None:
-        choice = LLMChoice(llm_backend, llm_model, llm_mode, llm_base_url, llm_api_key_env, llm_concurrency, llm_threads)
+        choice = LLMChoice(llm_backend, llm_model, **given)
+    elif given:  # options for the preset's own model: validated (and refused where its backend lacks them) like any
+        choice = replace(resolve_llm(chosen, None), **given)
     runner = make_executor(executor, ray_address, workers=workers, threads=threads)  # validates the options
     if executor == "local":
         runner = None  # reproduce trains local jobs itself, with a bar per job

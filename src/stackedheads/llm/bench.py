@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stackedheads.errors import UsageError
+from stackedheads.errors import UsageError, redact, redact_secrets
 from stackedheads.llm.backends import Backend, Generation, Request, clean_text
 from stackedheads.plots import save_figure
 from stackedheads.storage import RunFolder, atomic_write_json, read_state_json
@@ -269,9 +269,11 @@ async def ask(backend: Backend, question: Question, examples: Sequence[Question]
         first_request = first_request or request
         gen: Generation = await backend.complete(request)
         parsed = parse_answer(gen.text, question.acceptable)
-        # Stored capped: a server that ignores max_tokens must not grow the log without bound.
+        # Scored as given, stored redacted (servers echo headers) and capped (a server that
+        # ignores max_tokens must not grow the log without bound).
+        text = redact(clean_text(gen.text))
         draws.append({
-            "text": clean_text(gen.text), "parsed": parsed, "normalised": normalise(gen.text)[:_MAX_NORMALISED],
+            "text": text, "parsed": _hidden(parsed), "normalised": normalise(text)[:_MAX_NORMALISED],
             "acceptable": parsed is not None, "seed": request.seed,
             "latency_s": round(gen.latency_s, 4), "finish_reason": gen.finish_reason,
             "retries": gen.retries,
@@ -297,16 +299,27 @@ async def ask(backend: Backend, question: Question, examples: Sequence[Question]
         # The rest of the run identity, so that a resumed record can be checked on its own.
         "protocol": PROTOCOL_VERSION,
         **{k: getattr(cfg, k) for k in _IDENTITY_FIELDS if k not in ("chains", "seed")},
-        "prompt": prompt,
-        "answer": question.answer,
-        "acceptable": list(question.acceptable),
+        "prompt": _hidden(prompt),
+        "answer": _hidden(question.answer),
+        "acceptable": _hidden(list(question.acceptable)),
         "draws": draws,
-        "final": final,
+        "final": _hidden(final),
         "answered": final is not None,
         "correct": final == question.answer,
         "n_draws": len(draws),
         "latency_s": round(time.perf_counter() - start, 4),
     }
+
+
+def _hidden(value: Any) -> Any:
+    """``value`` (text, or lists and dicts of it) without a registered secret, as it is stored."""
+    if isinstance(value, str):
+        return redact_secrets(value)
+    if isinstance(value, list):
+        return [_hidden(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _hidden(v) for k, v in value.items()}
+    return value
 
 
 # --- the run folder ------------------------------------------------------------------------------

@@ -16,9 +16,11 @@ each:
 
 The API key is read from the environment and kept only inside the client: no attribute,
 option, ``describe()`` or error message of ours carries it. It is registered with
-:func:`stackedheads.errors.register_secret`, and all text that came from a server (error
-bodies, answers) passes through :func:`~stackedheads.errors.redact`, since servers echo
-request headers. Answers are capped at :data:`MAX_TEXT_CHARS` (a server may ignore
+:func:`stackedheads.errors.register_secret` (a key of fewer than 8 characters is not: it is too
+likely to be an ordinary word), and all text that came from a server passes through
+:func:`~stackedheads.errors.redact` where it is shown or stored (error bodies at once, answers
+after they are scored, so that a key equal to an answer word costs no answer), since servers
+echo request headers. Answers are capped at :data:`MAX_TEXT_CHARS` (a server may ignore
 ``max_tokens``); a Retry-After above :data:`MAX_RETRY_AFTER_S` is capped, and said so.
 
 How to add a backend
@@ -67,7 +69,8 @@ echo`` run it. The rules:
   ``reproduce.LLMChoice``); ``field(metadata={"flag": ...})`` names a flag that differs.
 - :meth:`BackendOptions.public` is written to ``config.json``: never make a secret an
   option (name the environment variable that holds it, like ``api_key_env``); pass it to
-  :func:`~stackedheads.errors.register_secret`, and server text through :func:`clean_text`.
+  :func:`~stackedheads.errors.register_secret`, server text through :func:`clean_text`, and
+  server text in an error through :func:`short` (the benchmark redacts the answers it stores).
 - A user's mistake is a :class:`~stackedheads.errors.UsageError` (one line, exit 2); a
   failure retrying did not fix is a :class:`BackendError` (exit 1, answers kept). A network
   backend wraps its calls in :func:`call_with_retries`.

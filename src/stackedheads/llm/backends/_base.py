@@ -22,8 +22,8 @@ MAX_RETRY_AFTER_S = 120.0  # a longer Retry-After is capped (and reported): the 
 
 
 def clean_text(text: str) -> str:
-    """Server text as it may be stored: secrets redacted, at most MAX_TEXT_CHARS."""
-    text = redact(text)
+    """Server text capped at MAX_TEXT_CHARS. Not redacted: an answer is scored as the server
+    gave it (a key may equal an answer word); the benchmark redacts what it stores, after."""
     if len(text) > MAX_TEXT_CHARS + 64:  # the slack keeps a second pass from cutting the marker
         text = text[:MAX_TEXT_CHARS] + f"...[{len(text) - MAX_TEXT_CHARS} more characters dropped]"
     return text

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from stackedheads.errors import UsageError, public_url, register_secret
 from stackedheads.llm.backends._base import (
@@ -26,6 +27,9 @@ from stackedheads.llm.backends._base import (
     clean_text,
     short,
 )
+
+
+_JSON_NAMES = {dict: "object", list: "array", int: "number", float: "number", bool: "boolean", type(None): "null"}
 
 
 class _Malformed(Exception):
@@ -46,6 +50,22 @@ class OpenAIOptions(BackendOptions):
 
     def public(self) -> dict[str, Any]:
         return {**asdict(self), "base_url": public_url(self.base_url)}
+
+
+def check_base_url(url: str | None, flag: str = "--base-url") -> None:
+    """Refuse a server URL the client could not connect to (a port out of range failed deep in
+    the network stack, as a 150-line exception group)."""
+    if url is None:
+        return
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # ValueError when not a number in 0-65535
+    except ValueError as e:
+        raise UsageError(f"{flag} {public_url(url)!r} is not a valid URL ({e})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"{flag} {public_url(url)!r} is not an http(s)://host[:port]/... URL")
+    if port == 0:
+        raise UsageError(f"{flag} {public_url(url)!r}: port 0 is no server's port")
 
 
 class OpenAIBackend:
@@ -81,6 +101,7 @@ class OpenAIBackend:
             raise UsageError(f"--timeout must be > 0 seconds, got {timeout}")
         if max_retries < 0:
             raise UsageError(f"--max-retries must be >= 0, got {max_retries}")
+        check_base_url(base_url)
         key = os.environ.get(api_key_env)
         register_secret(key)
         self._where = public_url(base_url) or "OpenAI"  # also registers a password in the URL
@@ -128,7 +149,12 @@ class OpenAIBackend:
         """(text, finish_reason) of a reply, or _Malformed."""
         choices = getattr(response, "choices", None)
         if not isinstance(choices, list) or not choices:
-            kind = "no choices" if isinstance(choices, list) else f"a JSON {type(response).__name__}, not a completion"
+            if isinstance(choices, list):
+                kind = "no choices"
+            elif isinstance(response, str):  # the client hands over a body it could not parse as JSON
+                kind = f"not JSON: {short(response, 60)!r}"
+            else:
+                kind = f"a JSON {_JSON_NAMES.get(type(response), 'value')}, not a completion"
             raise _Malformed(kind)
         choice = choices[0]
         try:
@@ -189,6 +215,7 @@ def _build(model: str, o: OpenAIOptions) -> OpenAIBackend:
 
 
 def _check(model: str, o: OpenAIOptions, flag: Callable[[str], str]) -> None:
+    check_base_url(o.base_url, flag("base_url"))
     if o.base_url is None and not os.environ.get(o.api_key_env):
         raise UsageError(f"no API key: set ${o.api_key_env}, or give {flag('base_url')} for a local server")
 
