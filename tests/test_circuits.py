@@ -272,16 +272,18 @@ def test_discovery_keeps_a_path_that_breaks_one_position_but_not_the_mean(forced
 
 
 def test_a_circuit_the_rules_cannot_explain_is_reported_partial(forced_model, monkeypatch):
-    """Without the s+2 rule nothing explains the model's two heads: their rows are kept, the
-    combined ablation makes them uniform, every position breaks, and the circuit is reported
-    partial with the positions and rows named (A3 INCONCLUSIVE, never PASS)."""
+    """Without the s+2 rule (and the shortcut rules, whose measured maps would reproduce it)
+    nothing explains the model's two heads: their rows are kept, the combined ablation makes
+    them uniform, every position breaks, and the circuit is reported partial with the
+    positions and rows named (A3 INCONCLUSIVE, never PASS)."""
     from stackedheads import claims
     from stackedheads.circuits import discover as disc
 
     full = rules.library
 
     def no_s2(depth):
-        return {k: v for k, v in full(depth).items() if k != "s+2"}
+        lib = full(depth)
+        return rules.Library(depth, {k: v for k, v in lib.items() if k != "s+2" and not v.shortcut}, [])
 
     monkeypatch.setattr(disc, "library", no_s2)
     model, task, val = forced_model

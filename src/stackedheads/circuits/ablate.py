@@ -13,9 +13,11 @@ registry, so a rule registered from outside the package is valid here too.
 * Per-path ablation (step 6): on top of the combined ablation (kept rows left to the head),
   one path's rows, or a redundant group's, are made uniform; a necessary path raises the loss.
 
-A path's ``dst`` is an s-index of the source token's own chain, or :data:`~.rules.SINK` (-1)
-for the first position of the sequence (a sink rule such as ``first-token``): attending there
-copies a real token, so it is a path like any other until its removal is shown to be harmless.
+A path's ``dst`` is an s-index of the source token's own chain (retrieval), :data:`~.rules.SINK`
+(-1) for the first position of the sequence (a sink rule such as ``first-token``), or a label
+for the shortcuts: ``"p7"`` (a fixed position), ``"t-3"`` (an offset), ``"o4"`` (the other
+chains' ``s4``) (:mod:`.rules`). Attending there copies a real token, so each is a path like
+any other until its removal is shown to be harmless.
 """
 
 from __future__ import annotations
@@ -32,10 +34,13 @@ from stackedheads.circuits.rules import (
     ROLES,
     SINK,
     UNIFORM,
+    Dst,
     baselines,
+    dst_parts,
     dst_label,
     head_pattern,
     library,
+    role_sources,
     s_index,
     uniform_causal,
 )
@@ -44,10 +49,16 @@ from stackedheads.model import EnsembleTransformer
 from stackedheads.tasks.vectors import Batch, Meta, VectorTaskConfig
 
 
-def path_key(path: tuple[int, int, int, int]) -> str:
-    """``(layer, head, src, dst)`` as text: ``L3.0 s2->s4`` (``s2->p0`` for the first position)."""
+def path_key(path: tuple[int, int, int, Dst]) -> str:
+    """``(layer, head, src, dst)`` as text: ``L3.0 s2->s4`` (``s2->p0`` for the first position,
+    ``s0->p7`` for a fixed one)."""
     layer, head, src, dst = path
     return f"L{layer}.{head} s{src}->" + dst_label(dst)
+
+
+def row_key(row: tuple[int, int, str]) -> str:
+    """``(layer, head, role)`` as text: ``L3.0 query``."""
+    return f"L{row[0]}.{row[1]} {row[2]}"
 
 
 @dataclass
@@ -55,21 +66,23 @@ class HeadSpec:
     layer: int
     head: int
     rules: dict[str, str] | str  # a baseline rule's name, KEPT, or {role: rule name}
-    paths: list[tuple[int, int]] = field(default_factory=list)  # useful (src, dst) s-indices
+    paths: list[tuple[int, Dst]] = field(default_factory=list)  # useful (src, dst), dst as in the module docstring
+    maps: dict[str, list] = field(default_factory=dict)  # role -> what a measured rule measured (its map)
 
     @property
     def kind(self) -> str:
         return self.rules if isinstance(self.rules, str) else "rule"
 
     def to_dict(self) -> dict:
-        return {"layer": self.layer, "head": self.head, "rules": self.rules, "paths": [list(p) for p in self.paths]}
+        out = {"layer": self.layer, "head": self.head, "rules": self.rules, "paths": [list(p) for p in self.paths]}
+        return {**out, "maps": self.maps} if self.maps else out
 
     @classmethod
     def from_dict(cls, d: dict) -> HeadSpec:
         rules = d["rules"]
         if isinstance(rules, dict) and set(rules) != set(ROLES):
             raise UsageError(f"head {d['layer']}.{d['head']}: rules must name every role {sorted(ROLES)}")
-        return cls(int(d["layer"]), int(d["head"]), rules, [tuple(p) for p in d.get("paths", [])])
+        return cls(int(d["layer"]), int(d["head"]), rules, [tuple(p) for p in d.get("paths", [])], dict(d.get("maps", {})))
 
 
 @dataclass
@@ -99,7 +112,13 @@ class Circuit:
                 out += [(h.layer, h.head, r) for r, name in h.rules.items() if name == KEPT]
         return out
 
-    def paths(self) -> list[tuple[int, int, int, int]]:
+    def mapped(self) -> list[tuple[int, int, str]]:
+        """``(layer, head, role)`` whose rows follow a measured map (:mod:`.rules.measured`)."""
+        lib = library(self.depth)
+        return [(h.layer, h.head, r) for h in self.heads if h.kind == "rule" for r, n in h.rules.items()
+                if n != KEPT and lib[n].measured]
+
+    def paths(self) -> list[tuple[int, int, int, Dst]]:
         """Every useful path as ``(layer, head, src, dst)``."""
         return [(h.layer, h.head, s, d) for h in self.heads for s, d in h.paths]
 
@@ -131,8 +150,9 @@ class Circuit:
 
 def check_circuit_dict(d: object) -> None:
     """circuit.json's schema, checked on load: a hand-edited file with an unknown rule, a bad
-    kind or a path index outside ``0..2D`` (``dst`` may be SINK) fails in one line instead of
-    measuring the wrong positions (a negative index would silently count from the end)."""
+    kind or a path index outside ``0..2D`` (``dst`` may be SINK or a shortcut's label) fails in
+    one line instead of measuring the wrong positions (a negative index would silently count
+    from the end)."""
 
     def bad(msg: str) -> None:
         raise UsageError(msg)
@@ -151,7 +171,7 @@ def check_circuit_dict(d: object) -> None:
     if not isinstance(d.get("info", {}), dict):
         bad("info must be an object")
     lib = library(depth)
-    names, wholes = set(lib) | {KEPT}, [*baselines(lib), KEPT]
+    wholes = [*baselines(lib), KEPT]
     top = 2 * depth
     for i, h in enumerate(heads):
         if not isinstance(h, dict):
@@ -168,19 +188,35 @@ def check_circuit_dict(d: object) -> None:
             if set(rules) != set(ROLES):
                 bad(f"head {layer}.{head}: rules must name every role {sorted(ROLES)}")
             for role, name in rules.items():
-                if name not in names:
+                if name != KEPT and (not isinstance(name, str) or name not in lib):
                     bad(f"{where}: unknown rule {str(name)[:40]!r} for role {role}")
+                if name != KEPT and lib[name].measured and not _is_map(h.get("maps", {}).get(role)):
+                    bad(f"{where}: rule {name} for role {role} needs its map in maps: entries [t, k, (cell,) weight]")
         else:
             bad(f"{where}: rules must be a kind ({', '.join(wholes)}) or an object of rules per role")
         paths = h.get("paths", [])
         if not isinstance(paths, list):
             bad(f"{where}: paths must be a list of [src, dst]")
         for path in paths:
-            if not (isinstance(path, list) and len(path) == 2 and all(is_int(x) for x in path)):
-                bad(f"{where}: a path must be [src, dst] integers, got {str(path)[:40]}")
+            if not (isinstance(path, list) and len(path) == 2 and is_int(path[0]) and (is_int(path[1]) or isinstance(path[1], str))):
+                bad(f"{where}: a path must be [src, dst], src an integer, got {str(path)[:40]}")
             src, dst = path
-            if not 0 <= src <= top or not (dst == SINK or 0 <= dst <= top):
-                bad(f"{where}: path {path} is out of range (s-indices 0..{top}; dst {SINK} for the first position)")
+            try:
+                kind, n = dst_parts(dst)
+            except ValueError as e:
+                bad(f"{where}: {e}")
+            if not 0 <= src <= top or (kind in "so" and not 0 <= n <= top):
+                bad(f"{where}: path {path} is out of range (s-indices 0..{top}; dst {SINK} for the first position, "
+                    f"'p<k>', 't-<d>' or 'o<j>' for a shortcut)")
+
+
+def _is_map(m: object) -> bool:
+    """A measured map: entries ``[t, k, weight]`` or ``[t, k, cell, weight]``, ``k <= t``."""
+    def entry(e: object) -> bool:
+        return (isinstance(e, list) and len(e) in (3, 4) and all(type(x) is int and x >= 0 for x in e[:-1])
+                and isinstance(e[-1], (int, float)) and not isinstance(e[-1], bool) and e[1] <= e[0])
+
+    return isinstance(m, list) and len(m) > 0 and all(entry(e) for e in m)
 
 
 Replacement = tuple[torch.Tensor, torch.Tensor]  # pattern (B, T, T), rows replaced (B, T)
@@ -212,7 +248,7 @@ def replaced_patterns(
             pat, rows = torch.zeros(B, T, T), ~every_row
         elif h.kind == "rule":
             rules = {r: (UNIFORM if strict and n == KEPT else n) for r, n in h.rules.items()}
-            pat, rows = head_pattern(rules, meta, lib)
+            pat, rows = head_pattern(rules, meta, lib, h.maps)
         else:  # a baseline for the whole head
             pat, rows = lib[h.kind].pattern(meta), every_row
         for layer, head, src in removals:
@@ -274,7 +310,8 @@ COMBINED, COMBINED_KEPT = "combined", "combined, unexplained rows kept"
 def loss_table(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, circuit: Circuit) -> list[LossRow]:
     """Appendix E steps 5 and 6: no ablation; the combined ablation (every row replaced,
     unexplained rows uniform); with unexplained rows, the same leaving them to the head; then
-    each useful path removed, and each redundant group removed together."""
+    each useful path removed, each row following a measured map removed (made uniform), and
+    each redundant group removed together."""
     rows = [LossRow("none", *ablated_loss(model, batch, task))]
     rows.append(LossRow(COMBINED, *ablated_loss(model, batch, task, replaced_patterns(circuit, batch.meta, strict=True))))
     if circuit.kept():
@@ -282,6 +319,9 @@ def loss_table(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig,
     for path in circuit.paths():
         pats = replaced_patterns(circuit, batch.meta, remove=path[:3])
         rows.append(LossRow("-" + path_key(path), *ablated_loss(model, batch, task, pats)))
+    for layer, head, role in circuit.mapped():  # rows with no path: what removing them breaks
+        pats = replaced_patterns(circuit, batch.meta, remove=[(layer, head, i) for i in role_sources(role, circuit.depth)])
+        rows.append(LossRow(f"-{row_key((layer, head, role))}", *ablated_loss(model, batch, task, pats)))
     by_key = {path_key(p): p for p in circuit.paths()}
     for group in circuit.info.get("redundant_groups", []):
         pats = replaced_patterns(circuit, batch.meta, remove=[by_key[k][:3] for k in group if k in by_key])

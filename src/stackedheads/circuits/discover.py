@@ -17,7 +17,7 @@ For each head, in layer order (Appendix E steps 2-3):
 
 A replacement is accepted only when the partial loss of *every* chain position stays within its
 budget (not only their mean). Rows no candidate explains keep the head's own attention
-(``kept``); a second pass retries them with every rule of the library. Kept rows count as useful
+(``kept``); a second pass retries them with every rule of the paper's. Kept rows count as useful
 computation, and the combined ablation that validates the circuit makes them uniform.
 
 Paths (step 6): every ``(src, dst)`` a rule head carries is removed alone (rows ``s_src`` made
@@ -34,6 +34,18 @@ objects of :data:`~stackedheads.circuits.rules.RULES`, never from their names: a
 path like any other (``dst`` = :data:`~stackedheads.circuits.rules.SINK`), kept only when
 replacing it with uniform attention breaks the loss.
 
+Shortcuts (issue 26): steps 1-2 and the second pass use the paper's rules (``shortcut`` False).
+The rules for what they cannot name (a fixed position ``p7`` or offset ``t-3``,
+:mod:`.rules.positional`; the other chains' tokens ``o+d``; a mixture of two ``a&b``; last the
+row's own mean map, ``position-map``: attention by position alone) are then tried, under the
+same budgets, for the rows left unexplained (again after each round of paths and
+simplification, which changes the heads beside them), and in place of a rule that a single
+shortcut fits clearly better (:func:`clearer`). Their paths are positional or cross-chain, not
+retrieval: the summary lists them apart (``paths_by_kind``, ``shortcut_heads``,
+``mapped_rows``), and every row left to the head, replaced by a shortcut, or whose rule
+covers little of its attention gets a diagnosis (:mod:`.diagnose`) on the held-out sequences:
+where its attention goes and how much of it the best description covers.
+
 Budgets: Appendix E's absolute threshold (validation loss below 0.05) applied to every chain
 position, or, with ``threshold=None``, each position's unablated loss plus ``tolerance`` (the CPU
 twins, whose losses are larger than the paper's; the report states which). A position whose
@@ -43,7 +55,7 @@ is listed in ``model_over_budget``.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from itertools import combinations
 from pathlib import Path
 
@@ -60,14 +72,23 @@ from stackedheads.circuits.ablate import (
     loss_table,
     path_key,
     replaced_patterns,
+    row_key,
 )
+from stackedheads.circuits.diagnose import RowDiagnosis, diagnose_row, is_shortcut, rule_kind
 from stackedheads.circuits.rules import (
+    CROSS_CHAIN,
     KEPT,
+    POSITIONAL,
+    RETRIEVAL,
     ROLES,
-    SINK,
-    AttentionRule,
+    Dst,
+    Library,
     baselines,
+    dst_label,
     library,
+    path_kind,
+    path_sort_key,
+    pattern_mass,
     role_sources,
     rule_mass,
 )
@@ -77,6 +98,12 @@ from stackedheads.plots import save_figure
 from stackedheads.tasks.vectors import Batch, VectorTaskConfig
 
 MAX_PAIR_TESTS = 400  # pairs of non-necessary paths tested for redundancy (the rest: one joint group)
+MAX_ROUNDS = 3  # rounds of paths, simplification and retrying the kept rows (each retry must explain a row)
+# A shortcut rule is tried beside the paper's rules only where it catches this much more
+# attention than all of them. With N = 2 a retrieval target sits at one of two positions, so a
+# fixed position also catches half of a retrieval head's attention: that is no explanation.
+SHORTCUT_MARGIN = 0.2
+WEAK = 0.6  # a row whose rule covers less of its (held-out) attention is diagnosed too
 
 
 @dataclass(frozen=True)
@@ -102,27 +129,50 @@ class DiscoverConfig:
         return [p + self.tolerance if p > self.threshold else self.threshold for p in partial], over
 
 
-def fitted_rules(masses: dict[str, float], lib: dict[str, AttentionRule], min_mass: float = 0.0) -> list[str]:
+def fitted_rules(masses: dict[str, float], lib: Library, min_mass: float = 0.0) -> list[str]:
     """Rules of one role catching at least ``min_mass`` of its attention, best fit first; ties
     go to the simpler rule (its ``rank``), then to library order (``masses`` keeps it)."""
     ranked = sorted(masses.items(), key=lambda kv: (-round(kv[1], 3), lib[kv[0]].rank))
     return [name for name, mass in ranked if mass >= min_mass]
 
 
-def role_candidates(masses: dict[str, float], lib: dict[str, AttentionRule], min_mass: float, top: int = 3) -> list[str]:
-    """Replacements to try for one role: the best-fitting rules, then the baselines (App. E:
-    uniform, then the identity)."""
-    fits = [n for n in fitted_rules(masses, lib, min_mass) if not lib[n].baseline][:top]
-    return fits + baselines(lib)
+def role_candidates(masses: dict[str, float], lib: Library, min_mass: float, top: int = 3) -> list[str]:
+    """Replacements to try first for one role: the best-fitting rules of the paper's catching
+    ``min_mass``, then the baselines (App. E: uniform, then the identity). Shortcut rules wait
+    for the rows these leave unexplained (:func:`retry_candidates`) and for :func:`clearer`."""
+    fits = [n for n in fitted_rules(masses, lib, min_mass) if not lib[n].baseline and not lib[n].shortcut]
+    return fits[:top] + baselines(lib)
 
 
-def candidate_paths(spec: HeadSpec, depth: int) -> list[tuple[int, int]]:
+def clearer(name: str, masses: dict[str, float], lib: Library, min_mass: float) -> list[str]:
+    """Single shortcut rules catching :data:`SHORTCUT_MARGIN` more of a row's attention than
+    its rule ``name`` (and ``min_mass``), best first: the row follows a position (or the other
+    chains) rather than the role its rule names (README: a head read as ``s0->s6`` attends to
+    one fixed position, which holds the query chain's s6 in half the sequences)."""
+    floor = max(masses.get(name, 0.0) + SHORTCUT_MARGIN, min_mass)
+    return [n for n in fitted_rules(masses, lib, floor) if lib[n].shortcut and not lib[n].parts]
+
+
+def retry_candidates(masses: dict[str, float], lib: Library, min_mass: float) -> list[str]:
+    """Replacements for a row the first pass left unexplained: every rule of the paper's, best
+    fit first; the shortcut rules catching ``min_mass``, single rules before mixtures (a
+    mixture of two only where one alone does not fit); then the baselines; last the row's own
+    mean map (``position-map``: attention by position alone, of which the baselines are the
+    simplest cases)."""
+    fits = fitted_rules(masses, lib)
+    singles = [n for n in fits if not lib[n].baseline and not lib[n].parts and (not lib[n].shortcut or masses[n] >= min_mass)]
+    return (singles + [n for n in fits if lib[n].parts and masses[n] >= min_mass] + baselines(lib)
+            + [n for n in lib if lib[n].measured])
+
+
+def candidate_paths(spec: HeadSpec, depth: int) -> list[tuple[int, Dst]]:
     """``(src, dst)`` paths a rule head may carry: what each role's rule links
     (:meth:`~stackedheads.circuits.rules.AttentionRule.paths`)."""
     if spec.kind != "rule":
         return []
     lib = library(depth)
-    return sorted(p for role, name in spec.rules.items() if name != KEPT for p in lib[name].paths(role, depth))
+    return sorted({p for role, name in spec.rules.items() if name != KEPT for p in lib[name].paths(role, depth)},
+                  key=path_sort_key)
 
 
 def split(batch: Batch) -> tuple[Batch, Batch]:
@@ -141,6 +191,7 @@ class Discovery:
     unexplained: list[tuple[int, int, str]]  # (layer, head, role) left to the head's own attention
     budgets: list[float]  # per chain position, on the held-out half
     model_over_budget: list[str]  # positions whose unablated loss is above the absolute threshold
+    diagnosis: list[RowDiagnosis] = field(default_factory=list)  # unexplained and shortcut rows, held out
 
     def summary(self) -> dict:
         c = self.circuit
@@ -149,7 +200,16 @@ class Discovery:
         over = [f"x{j}" for j, (p, b) in enumerate(zip(combined.partial, self.budgets, strict=True), start=1) if p > b]
         with_paths = [[h.layer, h.head] for h in c.useful_heads()]
         kept_heads = sorted({(l, h) for l, h, _ in self.unexplained})
-        useful = sorted({tuple(x) for x in with_paths} | set(kept_heads))
+        mapped = c.mapped()  # rows following their measured map: useful, shortcuts, no path
+        useful = sorted({tuple(x) for x in with_paths} | set(kept_heads) | {(l, h) for l, h, _ in mapped})
+        by_kind: dict[str, list] = {RETRIEVAL: [], POSITIONAL: [], CROSS_CHAIN: []}
+        for p in c.paths():
+            by_kind[path_kind(p[3])].append(list(p))
+        retrieval = sorted({(l, h) for l, h, *_ in by_kind[RETRIEVAL]})
+        # Heads whose useful paths are all shortcuts (positional or cross-chain), or that have
+        # rows following a position map: useful, but not the paper's content-based retrieval heads.
+        shortcut = sorted(({(l, h) for kind in (POSITIONAL, CROSS_CHAIN) for l, h, *_ in by_kind[kind]}
+                           | {(l, h) for l, h, _ in mapped}) - set(retrieval))
         return {
             "threshold": self.threshold,
             "threshold_kind": "relative" if c.info.get("config", {}).get("threshold") is None else "absolute",
@@ -166,6 +226,11 @@ class Discovery:
             "theory_min_heads": theory.min_layers(c.depth, causal=True),
             "unexplained_heads": [list(x) for x in self.unexplained],
             "paths": [list(p) for p in c.paths()],
+            "paths_by_kind": by_kind,
+            "mapped_rows": [[l, h, r, c.head(l, h).rules[r]] for l, h, r in mapped],
+            "retrieval_heads": [list(h) for h in retrieval],
+            "shortcut_heads": [list(h) for h in shortcut],
+            "diagnosis": [d.to_dict() for d in self.diagnosis],
             "redundant_groups": c.info.get("redundant_groups", []),
             "serves": c.info.get("serves", {}),
             "n_search": c.info.get("n_search"),
@@ -188,11 +253,18 @@ def discover(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, c
         partial = ablated_loss(model, search, task, replaced_patterns(circuit, search.meta, remove=remove))[1]
         return all(p <= b for p, b in zip(partial, budget, strict=True))
 
+    def measure(spec: HeadSpec, role: str, name: str) -> None:
+        observed = cache[f"blocks.{spec.layer}.attn.hook_pattern"][0, :, spec.head]
+        spec.maps[role] = lib[name].measure(observed, search.meta, search.meta.role == ROLES[role])
+
     def assign(spec: HeadSpec, role: str, candidates: list[str]) -> None:
         for candidate in candidates:
             spec.rules[role] = candidate
+            if lib[candidate].measured:  # the head's own map, measured on the search sequences
+                measure(spec, role, candidate)
             if fits():
                 return
+            spec.maps.pop(role, None)
         spec.rules[role] = KEPT
 
     lib = library(task.depth)
@@ -201,7 +273,7 @@ def discover(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, c
     for spec in circuit.heads:
         observed = cache[f"blocks.{spec.layer}.attn.hook_pattern"][0, :, spec.head]
         masses[spec.layer, spec.head] = m = rule_mass(observed, search.meta, lib)
-        if not any(not lib[n].baseline for role in ROLES for n in fitted_rules(m[role], lib, cfg.min_mass)):
+        if not any(not lib[n].baseline for role in ROLES for n in role_candidates(m[role], lib, cfg.min_mass)):
             for whole in base:
                 spec.rules = whole
                 if fits():
@@ -215,41 +287,111 @@ def discover(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, c
             assign(spec, role, role_candidates(m[role], lib, cfg.min_mass))
         if set(spec.rules.values()) == {KEPT}:
             spec.rules = KEPT
-    # Keep searching: rows left unexplained get every rule of the library, now that the heads
-    # after them are settled.
-    for spec in circuit.heads:
-        roles = list(ROLES) if spec.kind == KEPT else [r for r, n in spec.rules.items() if n == KEPT] if spec.kind == "rule" else []
-        if not roles:
-            continue
-        if spec.kind == KEPT:
-            spec.rules = {role: KEPT for role in ROLES}
-        for role in roles:
-            assign(spec, role, [n for n in fitted_rules(masses[spec.layer, spec.head][role], lib) if not lib[n].baseline] + base)
-        if set(spec.rules.values()) == {KEPT}:
-            spec.rules = KEPT
-
-    groups = _useful_paths(circuit, fits)
-    # Simpler is better (App. E step 3): roles that carry no useful path become a baseline
-    # (uniform, or the identity) where every position stays within budget; then the paths are
-    # found again. A head all of whose roles are the simplest baseline is that baseline whole.
-    for spec in circuit.heads:
-        if spec.kind != "rule":
-            continue
-        carried = {src for src, _ in spec.paths}
-        for role, name in list(spec.rules.items()):
-            if name in (base[0], KEPT) or (set(role_sources(role, task.depth)) & carried):
+    def retry_kept(shortcuts: bool) -> bool:
+        """Rows left unexplained get every rule of the paper's, now that the heads after them
+        are settled (with ``shortcuts``: every rule, :func:`retry_candidates`); whether one of
+        them now follows a rule."""
+        got = False
+        for spec in circuit.heads:
+            roles = list(ROLES) if spec.kind == KEPT else [r for r, n in spec.rules.items() if n == KEPT] if spec.kind == "rule" else []
+            if not roles:
                 continue
-            for simpler in base:
-                if simpler == name:
-                    break
-                spec.rules[role] = simpler
-                if fits():
-                    break
+            if spec.kind == KEPT:
+                spec.rules = {role: KEPT for role in ROLES}
+            for role in roles:
+                m = masses[spec.layer, spec.head][role]
+                assign(spec, role, retry_candidates(m, lib, cfg.min_mass) if shortcuts else
+                       [n for n in fitted_rules(m, lib) if not lib[n].baseline and not lib[n].shortcut] + base)
+                got |= spec.rules[role] != KEPT
+            if set(spec.rules.values()) == {KEPT}:
+                spec.rules = KEPT
+        return got
+
+    def simplify() -> None:
+        """Simpler is better (App. E step 3): roles that carry no useful path become a baseline
+        (uniform, or the identity) where every position stays within budget. A head all of
+        whose roles are the simplest baseline is that baseline whole."""
+        for spec in circuit.heads:
+            if spec.kind != "rule":
+                continue
+            carried = {src for src, _ in spec.paths}
+            for role, name in list(spec.rules.items()):
+                if name in (base[0], KEPT) or (set(role_sources(role, task.depth)) & carried):
+                    continue
+                for simpler in base:
+                    if simpler == name:
+                        break
+                    spec.rules[role] = simpler
+                    if fits():
+                        break
+                    spec.rules[role] = name
+            if set(spec.rules.values()) == {base[0]}:
+                spec.rules = base[0]
+
+    def relabel() -> bool:
+        """Rows whose rule a shortcut rule fits clearly better (:func:`clearer`) take it where
+        the budget allows; whether one did."""
+        got = False
+        for spec in circuit.heads:
+            if spec.kind != "rule":
+                continue
+            for role, name in list(spec.rules.items()):
+                if name == KEPT or lib[name].baseline or lib[name].shortcut:
+                    continue
+                for better in clearer(name, masses[spec.layer, spec.head][role], lib, cfg.min_mass):
+                    spec.rules[role] = better
+                    if fits():
+                        got = True
+                        break
+                    spec.rules[role] = name
+        return got
+
+    def joint_maps() -> bool:
+        """The rows still unexplained, all replaced at once by their measured maps (simplest
+        first), where that keeps the budget; failing that, together with the rows that already
+        follow a map, all by the finer one. One at a time, each row was tried beside the others'
+        own attention, which its neighbours' maps may suit better. Whether they were."""
+        kept, mapped = circuit.kept(), circuit.mapped()
+        before = {(l, h): (dict(s.rules) if s.kind == "rule" else s.rules, dict(s.maps)) for l, h in {r[:2] for r in kept + mapped}
+                  for s in [circuit.head(l, h)]}
+        measured = [n for n in lib if lib[n].measured]
+        for rows, name in [(kept, n) for n in measured] + ([(kept + mapped, measured[-1])] if mapped else []):
+            for l, h, role in rows:
+                spec = circuit.head(l, h)
+                if spec.kind == KEPT:
+                    spec.rules = {r: KEPT for r in ROLES}
                 spec.rules[role] = name
-        if set(spec.rules.values()) == {base[0]}:
-            spec.rules = base[0]
-    groups = _useful_paths(circuit, fits)
+                measure(spec, role, name)
+            if fits():
+                return True
+            for (l, h), (rules_, maps) in before.items():
+                spec = circuit.head(l, h)
+                spec.rules, spec.maps = (dict(rules_) if isinstance(rules_, dict) else rules_), dict(maps)
+        return False
+
+    def settle() -> list:
+        """Step 6's paths, simplification, and the paths of the simplified circuit."""
+        _useful_paths(circuit, fits)
+        simplify()
+        return _useful_paths(circuit, fits)
+
+    # The paper's rules first, as App. E names them; then the shortcut rules, for the rows those
+    # leave unexplained (again after each settling, which changes the heads beside them), and
+    # for the rows a shortcut fits clearly better than their rule. A row explained stays so:
+    # every change keeps each position within budget.
+    retry_kept(shortcuts=False)
+    groups = settle()
+    for _ in range(MAX_ROUNDS):
+        if not circuit.kept() or not retry_kept(shortcuts=True):
+            break
+        groups = settle()
+    if circuit.kept() and joint_maps():
+        groups = settle()
+    if relabel():
+        groups = settle()
     circuit.info["redundant_groups"] = [[path_key(p) for p in g] for g in groups]
+    for spec in circuit.heads:  # maps of rows simplified to something else are gone
+        spec.maps = {r: m for r, m in spec.maps.items() if spec.kind == "rule" and spec.rules[r] != KEPT and lib[spec.rules[r]].measured}
 
     table = loss_table(model, check, task, circuit)
     check_budget, over = cfg.budgets(table[0].partial)
@@ -263,6 +405,7 @@ def discover(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, c
         return [j for j, (p, c) in enumerate(zip(partial, base, strict=True), start=1) if p - c > cfg.tolerance]
 
     serves = {path_key(p): raised(rows["-" + path_key(p)].partial) for p in circuit.paths()}
+    serves.update({row_key(r): raised(rows["-" + row_key(r)].partial) for r in circuit.mapped()})
     for g in circuit.info["redundant_groups"]:
         joint = raised(rows["-(" + " + ".join(g) + ")"].partial)
         for k in g:
@@ -274,7 +417,27 @@ def discover(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, c
             "budgets": check_budget, "n_search": int(search.inputs.shape[0]), "n_check": int(check.inputs.shape[0]),
         }
     )
-    return Discovery(circuit, table, circuit.info["threshold"], circuit.kept(), check_budget, over)
+    return Discovery(circuit, table, circuit.info["threshold"], circuit.kept(), check_budget, over,
+                     _diagnose(model, check, circuit, lib))
+
+
+def _diagnose(model: EnsembleTransformer, check: Batch, circuit: Circuit, lib: Library) -> list[RowDiagnosis]:
+    """The diagnosis (:mod:`.diagnose`) of every row left to the head, every row a shortcut or
+    mixture rule replaces, and every row whose rule covers less than :data:`WEAK` of its
+    attention, on the held-out sequences."""
+    _, cache = model.run_with_cache(check.inputs, check.meta, names=model.pattern_names())
+    out = []
+    for spec in circuit.heads:
+        rows = {r: KEPT for r in ROLES} if spec.kind == KEPT else spec.rules if spec.kind == "rule" else {}
+        observed = cache[f"blocks.{spec.layer}.attn.hook_pattern"][0, :, spec.head]
+        for role, name in rows.items():
+            if name != KEPT and lib[name].baseline:
+                continue
+            weak = name != KEPT and lib[name].fitted and float(
+                pattern_mass(observed, lib[name], check.meta)[0][check.meta.role == ROLES[role]].mean()) < WEAK
+            if name == KEPT or weak or is_shortcut(rule_kind(lib[name], role, circuit.depth)):
+                out.append(diagnose_row(observed, check.meta, lib, spec.layer, spec.head, role, name, spec.maps.get(role)))
+    return out
 
 
 def _useful_paths(circuit: Circuit, fits) -> list[list[tuple[int, int, int, int]]]:
@@ -333,8 +496,10 @@ def plot_circuit(circuit: Circuit, out: str | Path, title: str = "") -> list[str
 
     Arrows point the way information flows: from the attended position to the attending one,
     labelled with the layer (``L0`` is the first, as in ``blocks.0``). Paths of a redundant group
-    (useful only together) are dashed and labelled ``g1``, ``g2``...; ``p0`` is the sequence's
-    first position (the paths of a sink rule, such as first-token).
+    (useful only together) are dashed and labelled ``g1``, ``g2``...; shortcut paths come from
+    grey nodes left of the chain, drawn dotted: ``p0`` is the sequence's first position (a sink
+    rule, such as first-token), ``p7`` a fixed position, ``t-2`` an offset, ``o4`` the other
+    chains' ``s4``.
     """
     import matplotlib
 
@@ -343,36 +508,39 @@ def plot_circuit(circuit: Circuit, out: str | Path, title: str = "") -> list[str
 
     D = circuit.depth
     pos = theory.chain_order(D)
-    fig, ax = plt.subplots(figsize=(1.1 * (2 * D + 1) + 1, 3.2))
+    paths = circuit.paths()
+    outside = sorted({dst_label(p[3]) for p in paths if path_kind(p[3]) != RETRIEVAL})
+    x_of = {label: -1.2 * (n + 1) for n, label in enumerate(outside)}
+    fig, ax = plt.subplots(figsize=(1.1 * (2 * D + 1 + 1.2 * len(outside)) + 1, 3.2))
     for i in range(2 * D + 1):
         x = pos[i]
         ax.add_patch(plt.Circle((x, 0), 0.32, color="#dde6f3" if i else "#f7d9c4", zorder=2))
         ax.text(x, 0, symbol_label(i), ha="center", va="center", fontsize=11, zorder=3)
         ax.text(x, -0.6, f"s{i}", ha="center", va="center", fontsize=7, color="grey")
-    paths = circuit.paths()
     group_of = {k: g for g, keys in enumerate(circuit.info.get("redundant_groups", []), start=1) for k in keys}
-    if any(p[3] == SINK for p in paths):
-        ax.add_patch(plt.Circle((-1.2, 0), 0.32, color="#eeeeee", zorder=2))
-        ax.text(-1.2, 0, "p0", ha="center", va="center", fontsize=10, zorder=3)
+    for label, x in x_of.items():
+        ax.add_patch(plt.Circle((x, 0), 0.32, color="#eeeeee", zorder=2))
+        ax.text(x, 0, label, ha="center", va="center", fontsize=9, zorder=3)
     colors = plt.get_cmap("tab10")
     layers = sorted({p[0] for p in paths})
-    seen: dict[tuple[int, int], int] = {}
+    seen: dict[tuple, int] = {}
     heights = [0.9]
     for layer, head, src, dst in paths:
         k = seen[(src, dst)] = seen.get((src, dst), -1) + 1  # parallel paths: higher arcs
-        x0, x1 = (-1.2 if dst == SINK else pos[dst]), pos[src]
+        shortcut = path_kind(dst) != RETRIEVAL
+        x0, x1 = (x_of[dst_label(dst)] if shortcut else pos[dst]), pos[src]
         rad = (0.5 + 0.7 * k) * (-1 if x1 > x0 else 1)
         c = colors(layers.index(layer) % 10)
         g = group_of.get(path_key((layer, head, src, dst)))
         ax.annotate(
             "", xy=(x1, 0.3), xytext=(x0, 0.3),
             arrowprops=dict(arrowstyle="-|>", color=c, lw=1.6, connectionstyle=f"arc3,rad={rad}", shrinkA=6, shrinkB=6,
-                            ls="--" if g else "-"),
+                            ls="--" if g else ":" if shortcut else "-"),
         )
         height = 0.3 + abs(rad) * abs(x1 - x0) / 2
         heights.append(height + 0.4)
         ax.text((x0 + x1) / 2, height + 0.08, f"L{layer}.{head}" + (f" g{g}" if g else ""), color=c, ha="center", fontsize=8)
-    ax.set_xlim(-1.8, 2 * D + 0.8)
+    ax.set_xlim(min(x_of.values(), default=-1.2) - 0.6, 2 * D + 0.8)
     ax.set_ylim(-1.0, max(heights))
     ax.set_aspect("equal")
     ax.axis("off")
@@ -380,6 +548,8 @@ def plot_circuit(circuit: Circuit, out: str | Path, title: str = "") -> list[str
     title = title or f"circuit: {n} heads with paths, {len(paths)} paths (D={D})"
     if group_of:
         title += f"; dashed: {len(set(group_of.values()))} redundant group(s)"
+    if outside:
+        title += "; dotted: shortcuts"
     ax.set_title(title, fontsize=10)
     return save_figure(fig, out, "circuit")
 
@@ -416,7 +586,8 @@ def _discover_run_locked(run_dir, out, checkpoint, cfg: DiscoverConfig) -> dict[
         s = d.summary()
         plot_circuit(
             d.circuit, folder,
-            f"seed {seed}: {s['n_useful_heads']} useful heads ({len(s['unexplained_heads'])} unexplained rows), D={tcfg.task.depth}",
+            f"seed {seed}: {s['n_useful_heads']} useful heads ({len(s['shortcut_heads'])} shortcuts, "
+            f"{len(s['unexplained_heads'])} unexplained rows), D={tcfg.task.depth}",
         )
         found[seed] = d
     return found

@@ -67,6 +67,7 @@ def circuit_discover_cmd(
     threshold: Optional[float] = typer.Option(None, "--threshold", help="An absolute loss threshold instead."),
 ) -> None:
     """Find every member's circuit automatically: the simplest head assignments that keep the loss low."""
+    from stackedheads.circuits.ablate import path_key
     from stackedheads.circuits.discover import DiscoverConfig, discover_run
 
     found = discover_run(run_dir, out, checkpoint=checkpoint, cfg=DiscoverConfig(tolerance=tolerance, threshold=threshold))
@@ -77,12 +78,19 @@ def circuit_discover_cmd(
         Console().print(_loss_table(d.table, f"seed {seed}: {budget_text(s)}"))
         console.print(
             f"seed {seed}: useful heads {[tuple(h) for h in s['useful_heads']]} ({s['n_useful_heads']}; "
-            f"theoretical minimum {s['theory_min_heads']}), unexplained {s['unexplained_heads']}"
+            f"theoretical minimum {s['theory_min_heads']}), retrieval heads {[tuple(h) for h in s['retrieval_heads']]}, "
+            f"shortcut heads {[tuple(h) for h in s['shortcut_heads']]}, unexplained rows {len(s['unexplained_heads'])}"
         )
+        for kind in ("positional", "cross-chain"):
+            if s["paths_by_kind"][kind]:
+                console.print(f"seed {seed}: {kind} shortcuts: {', '.join(map(path_key, s['paths_by_kind'][kind]))}")
+        for d in s["diagnosis"]:  # held-out: where the rows no retrieval rule explains attend
+            console.print(f"seed {seed}: {d['text']}", markup=False)
         if s["redundant_groups"]:
             console.print(f"seed {seed}: redundant groups (useful only together): {s['redundant_groups']}")
         if s["over_budget"]:
-            console.print(f"seed {seed}: partial circuit: {', '.join(s['over_budget'])} over budget under the combined ablation")
+            what = "partial circuit" if s["unexplained_heads"] else "every row follows a rule, yet"
+            console.print(f"seed {seed}: {what}: {', '.join(s['over_budget'])} over budget under the combined ablation")
     console.print(f"circuits: {out}/seed*/circuit.json")
 
 
