@@ -27,7 +27,7 @@ from stackedheads import references
 from stackedheads.claims import read_json as _json
 from stackedheads.claims import read_jsonl as _jsonl
 from stackedheads.claims import sec4, sec5, sec7, sec8, sec9
-from stackedheads.claims._circuits import budget_text
+from stackedheads.claims._circuits import budget_text, key_of, mapped_text, path_kind
 from stackedheads.errors import UsageError
 from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN, STAGE_NAMES
 from stackedheads.storage import DONE, RunFolder, atomic_write_json, atomic_write_text
@@ -281,7 +281,8 @@ def _figure4_chains(config: dict) -> int | None:
 
 def _circuit_tables(discovered: Path) -> list[dict]:
     """Per seed: the ablation losses (App. E steps 5-6, held-out sequences), with each chain
-    position's budget, the redundant groups and the unexplained rows."""
+    position's budget, the redundant groups and the unexplained rows; the shortcut paths and
+    the diagnosis of every row no retrieval rule explains (:mod:`stackedheads.circuits.diagnose`)."""
     out = []
     for p in sorted(discovered.glob("seed*/summary.json")):
         found = _json(p)
@@ -291,9 +292,25 @@ def _circuit_tables(discovered: Path) -> list[dict]:
             "seed": p.parent.name[4:], "rows": found["losses"], "budgets": found["budgets"],
             "budget_text": budget_text(found), "groups": found.get("redundant_groups", []),
             "unexplained": found.get("unexplained_heads", []), "over": found.get("over_budget", []),
-            "n_check": found.get("n_check"),
+            "n_check": found.get("n_check"), "diagnosis": [_diagnosis_row(d) for d in found.get("diagnosis", [])],
+            "shortcuts": [f"{key_of(p)} ({path_kind(p[3])})" for p in found.get("paths", []) if path_kind(p[3]) != "retrieval"]
+            + [mapped_text(found, *row) for row in found.get("mapped_rows", [])],
         })
     return out
+
+
+def _diagnosis_row(d: dict) -> dict:
+    """One diagnosed row (summary.json's ``diagnosis``) as the report's table shows it."""
+    pct = "{:.0%}".format
+    cells = [*((f"own {k}", v) for k, v in d["own"].items()), *((f"other chains' {k}", v) for k, v in d["other"].items())]
+    circuit = d["rule"] + (f" (covers {pct(d['rule_covered'])})" if d["rule_covered"] is not None and d["rule"] != d["best"] else "")
+    return {
+        "row": f"L{d['layer']}.{d['head']} {d['role']}", "circuit": circuit, "best": d["best"], "kind": d["kind"],
+        "covers": pct(d["covered"]), "next": ", ".join(f"{n} {pct(m)}" for n, m in d["alternatives"].items()),
+        "by_role": ", ".join(f"{k} {v:.2f}" for k, v in sorted(cells, key=lambda kv: -kv[1])),
+        "by_position": ", ".join(f"{k} {v:.2f}" for k, v in d["positions"].items()),
+        "by_cell": ", ".join(f"{k} {v:.2f}" for k, v in d.get("cells", {}).items()),
+    }
 
 
 def _timeline_tables(folder: Path) -> list[dict]:

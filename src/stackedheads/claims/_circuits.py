@@ -11,6 +11,7 @@ from stackedheads.claims._core import FAIL, INCONCLUSIVE, PASS, combine, read_js
 # every chain position's final partial loss at most this fraction of the 1 - 1/N plateau (0.15
 # for the paper's N = 4; its models reach < 0.01, Sec. 8.2, and 0.031, Sec. 9.2).
 LEARNED_FRACTION = 0.2
+WEAK = 0.6  # a rule covering less of its row's attention is named beside the head it explains (as discovery's)
 
 
 def learned(train: dict, seed: str) -> tuple[bool, str]:
@@ -36,6 +37,76 @@ def budget_text(found: dict) -> str:
             f"budget; App. E uses an absolute 0.05)")
 
 
+def path_kind(dst) -> str:
+    """A path's kind from its dst (as :func:`stackedheads.circuits.rules.path_kind`, without
+    loading torch): the own chain's s_j is retrieval; p0 (-1), ``p<k>`` and ``t-<d>`` are
+    positional shortcuts; ``o<j>`` (the other chains' s_j) is cross-chain."""
+    if isinstance(dst, int):
+        return "positional" if dst < 0 else "retrieval"
+    return "cross-chain" if dst.startswith("o") else "positional"
+
+
+def key_kind(key: str) -> str:
+    """The kind of a path key such as ``L7.0 s0->p7``."""
+    label = key.rsplit("->", 1)[1]
+    return "retrieval" if label.startswith("s") else path_kind(label)
+
+
+def shortcut_text(found: dict) -> str:
+    """The useful paths that are not retrieval, named: what the model does instead of (or beside)
+    the paper's content-based retrieval; "" when there are none."""
+    paths = [p for p in found.get("paths", []) if path_kind(p[3]) != "retrieval"]
+    return "shortcuts: " + ", ".join(f"{key_of(p)} ({path_kind(p[3])})" for p in paths) if paths else ""
+
+
+def key_of(path) -> str:
+    """``[layer, head, src, dst]`` as :func:`stackedheads.circuits.ablate.path_key` writes it."""
+    layer, head, src, dst = path
+    label = dst if isinstance(dst, str) else "p0" if dst < 0 else f"s{dst}"
+    return f"L{layer}.{head} s{src}->{label}"
+
+
+def heads_text(found: dict) -> str:
+    """The useful heads by what they do: the paper's retrieval heads, the shortcut heads (every
+    useful path positional or cross-chain, named), and heads with rows no rule explains. Older
+    summaries, written before shortcuts had rules, give only heads with paths."""
+    kept = sorted({(l, h) for l, h, _ in found["unexplained_heads"]})
+    if "retrieval_heads" not in found:
+        return f"{len(found['heads_with_paths'])} with paths, {len(kept)} with unexplained rows, counted useful"
+    shortcut = found["shortcut_heads"]
+    named = ", ".join(filter(None, [shortcut_text(found)[11:], ", ".join(
+        mapped_text(found, *row) for row in found.get("mapped_rows", []))]))
+    # Rows a retrieval rule replaces while covering little of their attention: said, not hidden.
+    weak = [d for d in found.get("diagnosis", []) if d.get("rule_covered") is not None
+            and d.get("rule_kind") == "retrieval" and d["rule_covered"] < WEAK]
+    return (f"{len(found['retrieval_heads'])} retrieval heads with paths along the chain"
+            + (" (" + ", ".join(f"L{d['layer']}.{d['head']} {d['role']}'s {d['rule']} covers only "
+                                f"{d['rule_covered']:.0%} of its attention" for d in weak) + ")" if weak else "")
+            + f", {len(shortcut)} shortcut heads" + (f" ({named})" if shortcut else "")
+            + f", {len(kept)} with unexplained rows, counted useful")
+
+
+def mapped_text(found: dict, layer: int, head: int, role: str, rule: str) -> str:
+    """A row that follows its own measured map (by position alone, or by position and the chain
+    role each position holds), with the share of its attention the map reproduces and the
+    nearest named rule, from its diagnosis."""
+    d = next((d for d in found.get("diagnosis", []) if (d["layer"], d["head"], d["role"]) == (layer, head, role)), None)
+    said = f"; map reproduces {d['rule_covered']:.0%}, nearest rule {d['best']} {d['covered']:.0%}" if d and d.get("rule_covered") else ""
+    how = "by position alone" if rule == "position-map" else "by position and chain role"
+    return f"L{layer}.{head} {role} (attends {how}{said})"
+
+
+def row_text(found: dict, rows) -> str:
+    """Rows ``(layer, head, role)`` with what their diagnosis (held-out sequences) says they read."""
+    said = {(d["layer"], d["head"], d["role"]): d for d in found.get("diagnosis", [])}
+
+    def one(l, h, r):
+        d = said.get((l, h, r))
+        return f"L{l}.{h} {r}" + (f" reads {d['best']} ({d['kind']}, {d['covered']:.0%} of its attention)" if d else "")
+
+    return ", ".join(one(*row) for row in rows)
+
+
 def validation(found: dict) -> tuple[str, str]:
     """App. E step 5 on the held-out sequences: the combined ablation, every row replaced
     (unexplained rows uniform), must keep every position within its budget."""
@@ -43,28 +114,45 @@ def validation(found: dict) -> tuple[str, str]:
     parts = ", ".join(f"x{j} {p:.3f}/{b:.3f}" for j, (p, b) in enumerate(zip(comb["partial"], budgets, strict=True), start=1))
     text = f"unablated {un['loss']:.4f}, combined ablation {comb['loss']:.4f} (per position loss/budget: {parts}; {budget_text(found)})"
     over, unexplained = found["over_budget"], found["unexplained_heads"]
+    shortcuts = shortcut_text(found)
+    if shortcuts:
+        text += f"; {shortcuts}"
     if found.get("model_over_budget"):
         return INCONCLUSIVE, text + f"; the model's own loss is above the threshold for {', '.join(found['model_over_budget'])}"
     if not over:
-        return PASS, text + (f"; {len(unexplained)} unexplained rows made uniform" if unexplained else "")
+        return PASS, text + (f"; {len(unexplained)} unexplained rows made uniform ({row_text(found, unexplained)})" if unexplained else "")
     if unexplained:
         return INCONCLUSIVE, text + (
             f"; partial circuit: {', '.join(over)} over budget with {len(unexplained)} unexplained rows made uniform "
-            f"({', '.join(f'L{l}.{h} {r}' for l, h, r in unexplained)})"
+            f"({row_text(found, unexplained)})"
         )
     return FAIL, text + f"; {', '.join(over)} over budget"
 
 
 def first_head_pairs(found: dict, depth: int) -> tuple[float | None, str]:
     """Sec. 8.2 (i): the fraction of pairs k = 1..D whose link s_2k -> s_2k-1 the lowest head
-    with useful paths carries."""
-    heads = found.get("heads_with_paths") or []
+    with useful paths carries; the text says what that head reads when it is not those links
+    (a shortcut) and which head links the pairs instead."""
+    mapped = found.get("mapped_rows", [])
+    heads = (found.get("heads_with_paths") or []) + [[l, h] for l, h, *_ in mapped]
     if not heads:
         return None, "no head carries a useful path"
-    low = min(tuple(h) for h in heads)
+    low = min(tuple(h) for h in heads)  # the first useful head (rows by position alone are useful)
     carried = {(src, dst) for l, h, src, dst in found["paths"] if (l, h) == low}
     linked = [k for k in range(1, depth + 1) if (2 * k, 2 * k - 1) in carried]
-    return len(linked) / depth, f"L{low[0]}.{low[1]} links {len(linked)} of {depth} pairs ({len(linked) / depth:.0%})"
+    text = f"L{low[0]}.{low[1]} links {len(linked)} of {depth} pairs ({len(linked) / depth:.0%})"
+    if len(linked) < depth:
+        kinds = sorted({path_kind(dst) for _, dst in carried} - {"retrieval"})
+        if kinds:
+            reads = ", ".join(key_of([*low, *p]) for p in sorted(carried, key=str) if path_kind(p[1]) != "retrieval")
+            text += f"; it is a {'/'.join(kinds)} shortcut ({reads})"
+        by_position = [mapped_text(found, *row) for row in mapped if tuple(row[:2]) == low]
+        if by_position:
+            text += f"; {', '.join(by_position)}"
+        linkers = sorted({(l, h) for l, h, src, dst in found["paths"] if isinstance(dst, int) and src % 2 == 0 and dst == src - 1})
+        if linkers:
+            text += "; pair links s2k->s2k-1 in " + ", ".join(f"L{l}.{h}" for l, h in linkers)
+    return len(linked) / depth, text
 
 
 def kept_below(found: dict) -> list[tuple[int, int]]:

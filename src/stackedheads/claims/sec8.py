@@ -7,9 +7,11 @@ from pathlib import Path
 from stackedheads.claims._circuits import (
     first_head_pairs,
     gated,
+    heads_text,
     kept_below,
     no_summary,
     per_seed,
+    row_text,
     stage_from_files,
     validation,
 )
@@ -67,8 +69,7 @@ def circuit_claims(stage: dict | None) -> list[Claim]:
         f = found[s]
         useful = f["n_useful_heads"]
         idle = n_heads - useful
-        text = (f"{useful} of {n_heads} heads useful ({len(f['heads_with_paths'])} with paths, "
-                f"{len({(l, h) for l, h, _ in f['unexplained_heads']})} with unexplained rows, counted useful); "
+        text = (f"{useful} of {n_heads} heads useful ({heads_text(f)}); "
                 f"{idle} idle, PASS needs a strict majority idle (paper: 4 of 12 useful)")
         if useful == 0:
             return INCONCLUSIVE, text + "; no useful head found in a model that learned"
@@ -79,19 +80,22 @@ def circuit_claims(stage: dict | None) -> list[Claim]:
         text += "; PASS needs 100% (paper: every pair, in all three transformers)"
         below = kept_below(found[s])
         if below:
+            rows = [(l, h, r) for l, h, r in found[s]["unexplained_heads"] if (l, h) in below]
             return INCONCLUSIVE, text + (
-                f"; heads below it have rows no rule explains ({', '.join(f'L{l}.{h}' for l, h in below)}): "
+                f"; heads below it have rows no rule explains ({row_text(found[s], rows)}): "
                 "the first useful head may be one of them")
         if frac == 1.0:
             return PASS, text
-        if found[s]["over_budget"] or found[s]["unexplained_heads"]:
+        if found[s]["unexplained_heads"]:
             return INCONCLUSIVE, text + "; the circuit is partial (unexplained rows), the first head may be among them"
+        # Every row follows a rule (A3 says whether their combined ablation holds): the first
+        # useful head is known, and it does not link every pair.
         return FAIL, text
 
     def a5(s):
         f = found[s]
         useful, minimum = f["n_useful_heads"], f["theory_min_heads"]
-        text = f"{useful} useful heads, causal minimum {minimum} (paper: 4 where 3 suffice)"
+        text = f"{useful} useful heads ({heads_text(f)}), causal minimum {minimum} (paper: 4 where 3 suffice)"
         if useful > minimum:
             return PASS, text
         if f["over_budget"]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stackedheads.claims._circuits import gated, per_seed, stage_from_files, validation
+from stackedheads.claims._circuits import gated, key_kind, per_seed, stage_from_files, validation
 from stackedheads.claims._core import (
     FAIL,
     INCONCLUSIVE,
@@ -36,14 +36,19 @@ def emergence_claims(stage: dict | None, timeline_dir: Path | None) -> list[Clai
     seeds = sorted(found, key=int)
     timelines = {s: read_json(timeline_dir / f"seed{s}" / "timeline.json") if timeline_dir else None for s in seeds}
 
+    def named(key: str) -> str:
+        """A path key, marked when it is a shortcut rather than the paper's retrieval."""
+        kind = key_kind(key)
+        return key if kind == "retrieval" else f"{key} ({kind} shortcut)"
+
     def e1(s):
         verdict, text = validation(found[s])
         return verdict, text + " (paper: 0.031 to 0.045)"
 
-    def timed(fn):
+    def timed(fn, with_seed=False):
         def run(s):
             t = timelines[s]
-            return (INCONCLUSIVE, "no timeline") if not t else fn(t)
+            return (INCONCLUSIVE, "no timeline") if not t else fn(t, s) if with_seed else fn(t)
 
         return run
 
@@ -60,9 +65,17 @@ def emergence_claims(stage: dict | None, timeline_dir: Path | None) -> list[Clai
         # induction head serves every later position too (they reuse it), but is new for x1 only.
         new = {k: [j for j in t["serves"].get(k, []) if j - 1 not in t["serves"].get(k, [])] for k in first}
         text += "; first: " + ", ".join(
-            f"{k} (serves {', '.join('x%d' % j for j in t['serves'].get(k, [])) or 'nothing measurable'}; "
+            f"{named(k)} (serves {', '.join('x%d' % j for j in t['serves'].get(k, [])) or 'nothing measurable'}; "
             f"new for {', '.join('x%d' % j for j in v) or 'none'})" for k, v in new.items()
         ) + "; PASS needs it new for x1 and only x1, and every later x_j served by paths of its own"
+        # Sec. 9.2 (i)'s first head is an induction head, content-based retrieval: a shortcut
+        # (a fixed position, the other chains) emerging first is another mechanism, not it.
+        # A shortcut that serves no position has no measured role: the rule below says so.
+        shortcuts = [k for k in first if key_kind(k) != "retrieval" and t["serves"].get(k)]
+        if shortcuts and len(shortcuts) == len(first):
+            return FAIL, text + f"; the first to emerge is a shortcut ({', '.join(map(named, shortcuts))}), not an induction head"
+        if shortcuts:
+            return INCONCLUSIVE, text + f" (a shortcut, {', '.join(map(named, shortcuts))}, emerges at the same checkpoint)"
         # A first path that is the only path serving x2.. may retrieve them too (one path serving
         # x1..x3): whether it retrieves x1 "only" cannot be told.
         alone = [x for j, (x, p) in enumerate(t["positions"].items(), start=1) if j > 1 and not p["new_paths"]]
@@ -74,17 +87,30 @@ def emergence_claims(stage: dict | None, timeline_dir: Path | None) -> list[Clai
             return INCONCLUSIVE, text + " (a tie at one checkpoint, or a path whose role is unmeasured)"
         return FAIL, text
 
-    def e3(t):
+    def e3(t, s):
         shown = ", ".join(
-            f"{x} " + (f"step {p['step']:.0f} (epoch {p['epoch']:.0f}) by {', '.join(p['new_paths'])}" if p["step"] is not None
-                       else p["status"] + (f" ({', '.join(p['new_paths'])})" if p["new_paths"] else ""))
+            f"{x} " + (f"step {p['step']:.0f} (epoch {p['epoch']:.0f}) by {', '.join(map(named, p['new_paths']))}"
+                       if p["step"] is not None
+                       else p["status"] + (f" ({', '.join(map(named, p['new_paths']))})" if p["new_paths"] else ""))
             for x, p in t["positions"].items()
         )
         order = t["order"]
         verdict = {"in order": PASS, "out of order": FAIL}.get(order, INCONCLUSIVE)
         if verdict == PASS and any(p["step"] is None for p in t["positions"].values()):
             verdict, order = INCONCLUSIVE, "in order so far, but not every position emerged"
-        return verdict, f"{order}: {shown} (strictly increasing checkpoints needed; a tie at one checkpoint is not an order)"
+        return verdict, f"{order}: {shown} (strictly increasing checkpoints needed; a tie at one checkpoint is not an order)" + mapped(t, s)
+
+    def mapped(t, s) -> str:
+        """Positions no path of their own serves, with the rows that attend by position (and
+        chain role) that do: the twin's mechanism there, which no path timeline follows."""
+        rows = {k: v for k, v in found[s].get("serves", {}).items() if "->" not in k}
+        said = []
+        for j, (x, p) in enumerate(t["positions"].items(), start=1):
+            if not p["new_paths"]:
+                by = [k for k, v in rows.items() if j in v and j - 1 not in v]
+                if by:
+                    said.append(f"{x} is served by {', '.join(by)}, which attend by position (and chain role), not along a path")
+        return "; " + "; ".join(said) if said else ""
 
     def e4(t):
         drops = t["loss_drops"]
@@ -98,7 +124,7 @@ def emergence_claims(stage: dict | None, timeline_dir: Path | None) -> list[Clai
     return [
         Claim(sec, "E1", ps["E1"], *reversed(per_seed(seeds, gated(stage, e1)))),
         Claim(sec, "E2", ps["E2"], *reversed(per_seed(seeds, gated(stage, timed(e2))))),
-        Claim(sec, "E3", ps["E3"], *reversed(per_seed(seeds, gated(stage, timed(e3))))),
+        Claim(sec, "E3", ps["E3"], *reversed(per_seed(seeds, gated(stage, timed(e3, with_seed=True))))),
         Claim(sec, "E4", ps["E4"], *reversed(per_seed(seeds, timed(e4)))),
     ]
 
