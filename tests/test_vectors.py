@@ -62,7 +62,7 @@ def test_every_query_chain_is_recoverable_from_metadata(cfg, start):
             want = torch.cat(found) if cfg.ic else found[-1]
             assert torch.equal(b.targets[i, q], want)
             for s_i, p in enumerate(path):
-                assert m.chain[i, p] == c and m.step[i, p] == s_i // 2
+                assert m.chain[i, p] == c and m.chain_pos[i, p] == s_i // 2
 
 
 def test_deterministic_and_independent_of_batch_composition():

@@ -19,7 +19,7 @@ from stackedheads.tasks.vectors import FIRST, QUERY, Meta
 
 def labels(meta: Meta, b: int) -> list[str]:
     out = []
-    for c, k, r in zip(meta.chain[b].tolist(), meta.step[b].tolist(), meta.role[b].tolist(), strict=True):
+    for c, k, r in zip(meta.chain[b].tolist(), meta.chain_pos[b].tolist(), meta.role[b].tolist(), strict=True):
         letter = chr(ord("A") + c)
         out.append(f"q{letter}" if r == QUERY else f"{letter}{k}" + ("" if r == FIRST else "'"))
     return out

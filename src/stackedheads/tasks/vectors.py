@@ -106,7 +106,7 @@ class Meta:
     """
 
     chain: torch.Tensor  # chain id 0..N-1
-    step: torch.Tensor  # k of the symbol x_k held by the token
+    chain_pos: torch.Tensor  # k of the symbol x_k held by the token: its place along the chain x_0..x_D
     role: torch.Tensor  # FIRST, SECOND or QUERY
     pair: torch.Tensor  # k of the pair (x_{k-1}, x_k) the token belongs to; 0 for queries
     query_chain: torch.Tensor  # (B, N): chain of query slot q
@@ -221,10 +221,10 @@ def layout(cfg: VectorTaskConfig, pair_perm: torch.Tensor, query_perm: torch.Ten
     chain_pairs = pair_perm.repeat_interleave(2, dim=-1).reshape(B, 2 * N * D)
     role_pairs = torch.tensor([FIRST, SECOND], device=dev).repeat(N * D).expand(B, -1)
     pair_k = k_of_block.repeat_interleave(2 * N).expand(B, -1)
-    step_pairs = pair_k - (role_pairs == FIRST).long()
+    chain_pos_pairs = pair_k - (role_pairs == FIRST).long()
     chain = torch.cat([chain_pairs, query_perm], dim=1)
     role = torch.cat([role_pairs, torch.full((B, N), QUERY, device=dev)], dim=1)
-    step = torch.cat([step_pairs, torch.zeros(B, N, dtype=torch.long, device=dev)], dim=1)
+    chain_pos = torch.cat([chain_pos_pairs, torch.zeros(B, N, dtype=torch.long, device=dev)], dim=1)
     pair = torch.cat([pair_k, torch.zeros(B, N, dtype=torch.long, device=dev)], dim=1)
 
     # Position of chain c's pair k: block D - k, slot where pair_perm == c.
@@ -237,7 +237,7 @@ def layout(cfg: VectorTaskConfig, pair_perm: torch.Tensor, query_perm: torch.Ten
     s[:, :, 0] = 2 * N * D + torch.arange(N, device=dev)
     s[:, :, 2::2] = start_q + 1  # s_{2k}: second token of pair k
     s[:, :, 1::2] = start_q  # s_{2k+1}: first token of pair k + 1 (holds x_k)
-    return Meta(chain=chain, step=step, role=role, pair=pair, query_chain=qc, paths=s)
+    return Meta(chain=chain, chain_pos=chain_pos, role=role, pair=pair, query_chain=qc, paths=s)
 
 
 def make_batch(
@@ -271,7 +271,7 @@ def make_batch(
     meta = layout(cfg, pair_perm, query_perm)
 
     rows = torch.arange(B, device=idx.device)[:, None]
-    tokens = symbols[rows, meta.chain, meta.step]  # (B, T, K)
+    tokens = symbols[rows, meta.chain, meta.chain_pos]  # (B, T, K)
     pe = position_codes(cfg).to(idx.device).expand(B, -1, -1)
     inputs = torch.cat([tokens, pe], dim=-1)
     chain_syms = symbols[rows, meta.query_chain]  # (B, N, D+1, K)

@@ -114,7 +114,7 @@ _LABEL = re.compile(r"^(?:p(?P<p>[1-9]\d*)|t-(?P<t>[1-9]\d*)|o(?P<o>\d+))$")
 def s_index(meta: Meta) -> torch.Tensor:
     """``(B, T)``: the ``i`` of ``s_i`` each token is in its own chain."""
     return torch.where(
-        meta.role == QUERY, 0, torch.where(meta.role == SECOND, 2 * meta.step, 2 * meta.step + 1)
+        meta.role == QUERY, 0, torch.where(meta.role == SECOND, 2 * meta.chain_pos, 2 * meta.chain_pos + 1)
     )
 
 
