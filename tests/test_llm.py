@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from prompt_solver import solve  # noqa: E402
 
 from stackedheads.errors import UsageError  # noqa: E402
-from stackedheads.llm import backends, bench, export, models  # noqa: E402
+from stackedheads.llm import backends, bench, export, models, scoring  # noqa: E402
 from stackedheads.llm.backends import (  # noqa: E402
     Backend,
     BackendError,
@@ -33,7 +33,8 @@ from stackedheads.llm.backends import (  # noqa: E402
     Request,
 )
 from stackedheads.llm.bench import BenchConfig  # noqa: E402
-from stackedheads.tasks.prompts import generate  # noqa: E402
+from stackedheads.tasks.formulations import FORMULATIONS  # noqa: E402
+from stackedheads.tasks.prompts import generate, generate_many  # noqa: E402
 
 # --- a deterministic in-process model --------------------------------------------------------------
 
@@ -91,7 +92,7 @@ def test_fake_model_implements_the_protocol():
     ],
 )
 def test_parse_numeric(text, expected):
-    assert bench.parse_answer(text, ["0", "1", "2", "3"]) == expected
+    assert scoring.parse_answer(text, ["0", "1", "2", "3"]) == expected
 
 
 @pytest.mark.parametrize(
@@ -99,12 +100,12 @@ def test_parse_numeric(text, expected):
     [("berlin", "Berlin"), ("BERLIN.", "Berlin"), (" 'Cairo' ", "Cairo"), ("“Delhi”", "Delhi"), ("Berlin, Germany", None), ("Paris", None)],
 )
 def test_parse_names_canonical_spelling(text, expected):
-    assert bench.parse_answer(text, ["Amsterdam", "Berlin", "Cairo", "Delhi"]) == expected
+    assert scoring.parse_answer(text, ["Amsterdam", "Berlin", "Cairo", "Delhi"]) == expected
 
 
 def test_normalise():
-    assert bench.normalise("  Answer: **Alice.** \nmore") == "alice"
-    assert bench.normalise("\n") == ""
+    assert scoring.normalise("  Answer: **Alice.** \nmore") == "alice"
+    assert scoring.normalise("\n") == ""
 
 
 # --- Wilson intervals ----------------------------------------------------------------------------
@@ -115,12 +116,12 @@ def test_normalise():
     [(0, 10, 0.0, 0.2775), (5, 10, 0.2366, 0.7634), (10, 10, 0.7225, 1.0), (81, 263, 0.2553, 0.3662), (250, 500, 0.4563, 0.5437)],
 )
 def test_wilson_values(k, n, lo, hi):
-    a, b = bench.wilson(k, n)
+    a, b = scoring.wilson(k, n)
     assert a == pytest.approx(lo, abs=1e-4) and b == pytest.approx(hi, abs=1e-4)
 
 
 def test_wilson_empty():
-    assert bench.wilson(0, 0) == (0.0, 1.0)
+    assert scoring.wilson(0, 0) == (0.0, 1.0)
 
 
 # --- prompts, seeds, few-shot --------------------------------------------------------------------
@@ -231,7 +232,7 @@ def test_run_writes_samples_results_and_figure(tmp_path):
     assert eq["correct"] == sum(r["correct"] for r in eq_rows)
     assert eq["unanswered"] == sum(not r["answered"] for r in eq_rows)
     assert eq["accuracy"] == pytest.approx(eq["correct"] / 6)
-    assert eq["ci95"] == pytest.approx(list(bench.wilson(eq["correct"], 6)))
+    assert eq["ci95"] == pytest.approx(list(scoring.wilson(eq["correct"], 6)))
     assert eq["chance"] == pytest.approx(0.25)
     assert saved["per_depth"]["functions"]["2"]["chance"] == pytest.approx(0.25)
     assert saved["identity"]["few_shot"] == 1
@@ -620,6 +621,27 @@ def test_export_for_lm_eval_and_inspect(tmp_path):
     compile((tmp_path / "inspect_task.py").read_text(), "inspect_task.py", "exec")
     with pytest.raises(UsageError):
         export.export_questions([], tmp_path)
+
+
+def test_inspect_task_parses_answers_as_the_benchmark_does(tmp_path):
+    """The exported task carries scoring's normalise and parse_answer (issue 28): run from
+    the written file, they agree with the benchmark's on every formulation's answers, however
+    a model dresses them."""
+    export.export_questions([generate("equations", 2, seed=0, index=0)], tmp_path, few_shot_pool=0)
+    text = (tmp_path / "inspect_task.py").read_text(encoding="ascii")
+    parsing = text[text.index("_LABEL = "):text.index("def _read(")]
+    task: dict = {}
+    exec("import re\nfrom collections.abc import Iterable\n" + parsing, task)
+    dressed = ["{}", " {}.", "Answer: {}", '"{}"', "**{}**", "\u201c{}\u201d!", "{}\nbecause", "the answer is {}",
+               "{}\u3002", "`{}`;", "\n\n  ANSWER :  '{}.' "]
+    for name in FORMULATIONS.names():
+        for q in generate_many(name, n=5, seed=3):
+            for answer in q.acceptable:
+                for form in dressed:
+                    reply = form.format(answer.upper() if "ANSWER" in form else answer)
+                    assert task["normalise"](reply) == scoring.normalise(reply), (name, reply)
+                    assert task["parse_answer"](reply, q.acceptable) == scoring.parse_answer(reply, q.acceptable)
+            assert task["parse_answer"](q.answer + ".", q.acceptable) == q.answer
 
 
 # --- hf backend on a tiny random model built here (never downloads) -------------------------------

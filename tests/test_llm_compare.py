@@ -18,8 +18,9 @@ from test_llm import SolverModel  # noqa: E402
 
 from stackedheads import claims, reproduce  # noqa: E402
 from stackedheads.errors import UsageError  # noqa: E402
-from stackedheads.llm import backends, bench, compare  # noqa: E402
+from stackedheads.llm import backends, bench, compare, runlog, scoring  # noqa: E402
 from stackedheads.llm.bench import BenchConfig  # noqa: E402
+from stackedheads.tasks.formulations import FORMULATIONS  # noqa: E402
 from stackedheads.claims import sec4
 from stackedheads import presets
 
@@ -103,7 +104,7 @@ def test_claims_are_judged_per_model(two_runs, tmp_path):
 
 def _cells(acc: float, n: int, chance: float = 0.25) -> dict:
     k = round(acc * n)
-    lo, hi = bench.wilson(k, n)
+    lo, hi = scoring.wilson(k, n)
     return {"accuracy": k / n, "ci95": [lo, hi], "chance": chance, "n": n, "depth": 5}
 
 
@@ -152,7 +153,7 @@ def test_quick_preset_llm_stage_plan():
     assert "smollm2" in names and any(n.startswith("qwen") for n in names)
     cells = [c for cfg in reproduce.llm_configs(quick.llm, 0) for c in bench.cells(cfg)]
     assert {("equations", d) for d in range(1, 6)} <= set(cells)
-    assert {f for f, _ in cells} == set(bench.FORMULATIONS)
+    assert {f for f, _ in cells} == set(FORMULATIONS)
     assert reproduce.llm_models(reproduce.LLMChoice(model=" a, b ,a")) == ["a", "b"]
     with pytest.raises(UsageError):
         reproduce.llm_models(reproduce.LLMChoice(model=" , "))
@@ -163,15 +164,15 @@ def test_compare_refuses_answers_copied_from_another_models_folder(two_runs, tmp
     answers. Compare checks every record's identity, as llm-bench does before it resumes."""
     mine = tmp_path / "shallow"
     shutil.copytree(two_runs / "shallow", mine)
-    shutil.copy(two_runs / "deep" / bench.SAMPLES, mine / bench.SAMPLES)
+    shutil.copy(two_runs / "deep" / runlog.SAMPLES, mine / runlog.SAMPLES)
     with pytest.raises(UsageError, match="holds answers of another run.*model 'deep' there, 'shallow' expected"):
         compare.load_run(mine)
     code, _, stderr = cli("llm-compare", str(mine), str(two_runs / "deep"), "--out", str(tmp_path / "cmp"))
     assert code == 2 and "answers of another run" in stderr and "Traceback" not in stderr, stderr
     # Without its config.json the first record names the run: a mixed log is still refused.
-    (mine / bench.CONFIG).unlink()
-    with (mine / bench.SAMPLES).open("a") as f:
-        f.write((two_runs / "shallow" / bench.SAMPLES).read_text().splitlines()[0] + "\n")
+    (mine / runlog.CONFIG).unlink()
+    with (mine / runlog.SAMPLES).open("a") as f:
+        f.write((two_runs / "shallow" / runlog.SAMPLES).read_text().splitlines()[0] + "\n")
     with pytest.raises(UsageError, match="answers of another run"):
         compare.load_run(mine)
 

@@ -1,24 +1,16 @@
-"""The LLM benchmark of Sec. 4 (Figure 2), protocol of App. A.
+"""The LLM benchmark of Sec. 4 (Figure 2), protocol of App. A: the questions and the sampling.
 
 For each (formulation, D) cell, ``n`` seeded questions from :mod:`stackedheads.tasks.prompts`.
 Each question is asked directly (optionally after ``k`` solved examples of the same cell);
-every draw is parsed and normalised (first line, case, surrounding whitespace, quotes and final
-punctuation) and checked against the question's acceptable set (App. A: "repeatedly sampling
-from the model until an acceptable answer is found"), up to ``max_draws`` draws. A question is
-correct when its first acceptable answer is the correct one; questions with no acceptable
-answer within ``max_draws`` are *unanswered* and count as wrong in ``accuracy`` (reported
-separately, and ``accuracy_answered`` leaves them out). Chance is the mean of
-``1/len(acceptable)``, the dashed lines of Fig. 2; intervals are Wilson 95%.
+every draw is parsed and checked against the question's acceptable set (App. A: "repeatedly
+sampling from the model until an acceptable answer is found"), up to ``max_draws`` draws. A
+question is correct when its first acceptable answer is the correct one; questions with no
+acceptable answer within ``max_draws`` are *unanswered* and count as wrong.
 
-The run folder holds:
-
-- ``config.json``: what identifies the run (backend, model, mode, seed, chains, few-shot,
-  sampling) and every invocation's arguments. Never an API key.
-- ``samples.jsonl``: one line per question, appended and flushed when the question finishes:
-  the prompt, every raw draw and its parse, the final answer, correctness, latency.
-  Re-running skips the questions already there, so a killed run resumes; runs with other
-  ``--formulation``/``--depth``/``--n`` add questions to the same folder.
-- ``results.json`` and ``figure2.png``/``.svg``, from every question in ``samples.jsonl``.
+The benchmark is four modules, as inspect_ai splits a task: this one (configuration, questions,
+requests, asynchronous sampling, :func:`run_bench`); :mod:`.runlog` (``samples.jsonl``, the run's
+identity, resuming); :mod:`.scoring` (parsing, Wilson intervals, ``results.json``; no backend);
+:mod:`.figure2` (the figure).
 """
 
 from __future__ import annotations
@@ -27,47 +19,50 @@ import asyncio
 import hashlib
 import json
 import math
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stackedheads.errors import UsageError, redact, redact_secrets
+from stackedheads.errors import UsageError, redact
 from stackedheads.llm.backends import Backend, Generation, Request, clean_text
-from stackedheads.plots import save_figure
-from stackedheads.storage import RunFolder, atomic_write_json, read_state_json
+from stackedheads.llm.figure2 import plot_figure2
+from stackedheads.llm.runlog import (
+    CONFIG,
+    IDENTITY_FIELDS,
+    KIND,
+    MAX_NORMALISED,
+    PROTOCOL_VERSION,
+    RESULTS,
+    SAMPLES,
+    check_folder,
+    check_records,
+    load_records,
+    record_key,
+    repair_tail,
+    run_identity,
+    stored,
+)
+from stackedheads.llm.scoring import normalise, parse_answer, summarise
+from stackedheads.storage import RunFolder, atomic_write_json
 from stackedheads.tasks import prompts
 from stackedheads.tasks.formulations import FORMULATIONS
 from stackedheads.tasks.prompts import Question
 
 __all__ = [
     "BenchConfig",
+    "ask",
     "build_request",
+    "cells",
     "draw_seed",
     "few_shot_examples",
-    "normalise",
-    "parse_answer",
     "parse_depths",
     "parse_formulations",
     "plan",
-    "plot_figure2",
     "run_bench",
-    "summarise",
-    "wilson",
 ]
 
-PROTOCOL_VERSION = 1
-SAMPLES = "samples.jsonl"
-CONFIG = "config.json"
-RESULTS = "results.json"
-KIND = "llm-bench run"  # what storage.folder_kinds calls a folder holding SAMPLES
-_Z95 = 1.959963984540054  # two-sided 95% normal quantile
-
-# Fields of the run identity: a folder answered under one of these values must not be mixed
-# with answers under another. n, formulations and depths only select questions.
-_IDENTITY_FIELDS = ("chains", "seed", "few_shot", "max_draws", "temperature", "max_tokens")
 # Solved examples before each question: a hundred already overflow any small model's context,
 # and an unbounded count built a prompt of gigabytes before asking anything.
 MAX_FEW_SHOT = 100
@@ -114,7 +109,7 @@ class BenchConfig:
         return d
 
 
-# --- argument parsing ----------------------------------------------------------------------------
+# --- the questions asked for, as text ------------------------------------------------------------
 
 
 def parse_formulations(text: str) -> tuple[str, ...]:
@@ -226,36 +221,7 @@ def build_request(
     )
 
 
-# --- parsing -------------------------------------------------------------------------------------
-
-_LABEL = re.compile(r"^answer\s*:\s*", re.IGNORECASE)
-_WRAP = "\"'`*_“”‘’"
-_FINAL_PUNCT = ".,;:!?。"
-
-
-def normalise(text: str) -> str:
-    """First non-empty line, an ``Answer:`` label removed, surrounding whitespace, quotes and
-    markdown emphasis removed, final punctuation removed, case folded."""
-    line = next((x for x in text.strip().splitlines() if x.strip()), "")
-    line = _LABEL.sub("", line.strip())
-    previous = None
-    while previous != line:  # e.g. '"3."' -> '3.' -> '3'
-        previous = line
-        line = line.strip().strip(_WRAP).rstrip(_FINAL_PUNCT)
-    return line.casefold()
-
-
-def parse_answer(text: str, acceptable: Iterable[str]) -> str | None:
-    """The acceptable answer (in its canonical spelling) that ``text`` gives, or None."""
-    table = {a.casefold(): a for a in acceptable}
-    return table.get(normalise(text))
-
-
 # --- one question --------------------------------------------------------------------------------
-
-
-def _key(q: Question) -> str:
-    return f"{q.formulation}/D{q.depth}/N{q.chains}/{q.index}"
 
 
 async def ask(backend: Backend, question: Question, examples: Sequence[Question], cfg: BenchConfig) -> dict[str, Any]:
@@ -273,7 +239,7 @@ async def ask(backend: Backend, question: Question, examples: Sequence[Question]
         # ignores max_tokens must not grow the log without bound).
         text = redact(clean_text(gen.text))
         draws.append({
-            "text": text, "parsed": _hidden(parsed), "normalised": normalise(text)[:_MAX_NORMALISED],
+            "text": text, "parsed": stored(parsed), "normalised": normalise(text)[:MAX_NORMALISED],
             "acceptable": parsed is not None, "seed": request.seed,
             "latency_s": round(gen.latency_s, 4), "finish_reason": gen.finish_reason,
             "retries": gen.retries,
@@ -287,7 +253,7 @@ async def ask(backend: Backend, question: Question, examples: Sequence[Question]
         if first_request.messages is not None else first_request.prompt
     )
     return {
-        "key": _key(question),
+        "key": record_key(question),
         "formulation": question.formulation,
         "depth": question.depth,
         "chains": question.chains,
@@ -298,120 +264,17 @@ async def ask(backend: Backend, question: Question, examples: Sequence[Question]
         "mode": backend.mode,
         # The rest of the run identity, so that a resumed record can be checked on its own.
         "protocol": PROTOCOL_VERSION,
-        **{k: getattr(cfg, k) for k in _IDENTITY_FIELDS if k not in ("chains", "seed")},
-        "prompt": _hidden(prompt),
-        "answer": _hidden(question.answer),
-        "acceptable": _hidden(list(question.acceptable)),
+        **{k: getattr(cfg, k) for k in IDENTITY_FIELDS if k not in ("chains", "seed")},
+        "prompt": stored(prompt),
+        "answer": stored(question.answer),
+        "acceptable": stored(list(question.acceptable)),
         "draws": draws,
-        "final": _hidden(final),
+        "final": stored(final),
         "answered": final is not None,
         "correct": final == question.answer,
         "n_draws": len(draws),
         "latency_s": round(time.perf_counter() - start, 4),
     }
-
-
-def _hidden(value: Any) -> Any:
-    """``value`` (text, or lists and dicts of it) without a registered secret, as it is stored."""
-    if isinstance(value, str):
-        return redact_secrets(value)
-    if isinstance(value, list):
-        return [_hidden(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _hidden(v) for k, v in value.items()}
-    return value
-
-
-# --- the run folder ------------------------------------------------------------------------------
-
-
-_MAX_NORMALISED = 200  # the parse of a draw: an answer is a word or a number
-# What scoring reads from a record: one without these (a damaged line) is asked again.
-_RECORD_TYPES: dict[str, type | tuple[type, ...]] = {
-    "key": str, "formulation": str, "depth": int, "chains": int, "answered": bool, "correct": bool,
-    "acceptable": list, "n_draws": int, "latency_s": (int, float), "backend": str, "model": str, "mode": str,
-}
-
-
-def _valid_record(rec: Any) -> bool:
-    return (
-        isinstance(rec, dict)
-        and all(isinstance(rec.get(k), t) for k, t in _RECORD_TYPES.items())
-        and rec["formulation"] in FORMULATIONS
-        and len(rec["acceptable"]) > 0
-    )
-
-
-def load_records(path: Path) -> dict[str, dict[str, Any]]:
-    """Records of ``samples.jsonl`` by key; a line cut short by a kill, or a record missing
-    what scoring needs, is ignored (its question is asked again)."""
-    records: dict[str, dict[str, Any]] = {}
-    if not path.exists():
-        return records
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if _valid_record(rec):
-                records[rec["key"]] = rec
-    return records
-
-
-def _repair_tail(path: Path) -> None:
-    """Drop a partial last line (the process was killed mid-write) before appending."""
-    if not path.exists() or path.stat().st_size == 0:
-        return
-    data = path.read_bytes()
-    if data.endswith(b"\n"):
-        return
-    cut = data.rfind(b"\n") + 1
-    with open(path, "r+b") as f:
-        f.truncate(cut)
-
-
-def _identity(backend: Backend, cfg: BenchConfig) -> dict[str, Any]:
-    ident = {"protocol": PROTOCOL_VERSION, "backend": backend.name, "model": backend.model, "mode": backend.mode}
-    ident.update({k: getattr(cfg, k) for k in _IDENTITY_FIELDS})
-    return ident
-
-
-def _check_folder(out: Path, identity: dict[str, Any], invocation: dict[str, Any]) -> None:
-    """Refuse to mix answers of different runs in one folder; record this invocation."""
-    path = out / CONFIG
-    runs: list[dict[str, Any]] = []
-    if path.exists():
-        saved = read_state_json(path, "the run's identity")
-        old = saved.get("identity", {})
-        if not isinstance(old, dict):
-            raise UsageError(f"{path} has the wrong shape (identity is not an object): use another --out")
-        diff = [k for k in identity if old.get(k) != identity[k]]
-        if diff:
-            what = ", ".join(f"{k}: {old.get(k)!r} there, {identity[k]!r} now" for k in diff)
-            raise UsageError(f"{out} holds a run with other settings ({what}); use another --out")
-        runs = saved.get("invocations", [])
-        runs = runs if isinstance(runs, list) else []
-    runs.append(invocation)
-    atomic_write_json(path, {"identity": identity, "invocations": runs})
-
-
-def check_records(
-    records: dict[str, dict[str, Any]], identity: dict[str, Any], samples: Path, vouched: bool,
-    advice: str = "use another --out",
-) -> None:
-    """Every answer must come from this run's identity (a samples.jsonl without its
-    config.json, or copied from elsewhere, must not credit one model with another's answers).
-    Records from before these fields were stored are accepted only where config.json vouches."""
-    for key, rec in records.items():
-        for k, want in identity.items():
-            if k not in rec and vouched:
-                continue
-            if rec.get(k, "(not recorded)") != want:
-                raise UsageError(
-                    f"{samples} holds answers of another run ({key}: {k} {str(rec.get(k, '(not recorded)'))[:60]!r} "
-                    f"there, {want!r} expected); {advice}"
-                )
 
 
 def run_bench(
@@ -431,7 +294,7 @@ def run_bench(
 
 
 def _run_bench_locked(backend, cfg, out: Path, questions, progress, backend_info) -> dict[str, Any]:
-    identity = _identity(backend, cfg)
+    identity = run_identity(backend, cfg)
     vouched = (out / CONFIG).exists()
     invocation = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -439,11 +302,11 @@ def _run_bench_locked(backend, cfg, out: Path, questions, progress, backend_info
         "backend": backend_info or {},
     }
     samples = out / SAMPLES
-    _repair_tail(samples)
+    repair_tail(samples)
     done = load_records(samples)
     check_records(done, identity, samples, vouched)  # before config.json records this invocation
-    _check_folder(out, identity, invocation)
-    todo = [q for q in questions if _key(q) not in done]
+    check_folder(out, identity, invocation)
+    todo = [q for q in questions if record_key(q) not in done]
     total = len(questions)
     if progress:
         progress(total - len(todo), total)
@@ -493,127 +356,3 @@ async def _ask_all(backend, todo, cfg, samples: Path, done: int, total: int, pro
         await backend.aclose()
 
 
-# --- scoring -------------------------------------------------------------------------------------
-
-
-def wilson(k: int, n: int, z: float = _Z95) -> tuple[float, float]:
-    """Wilson score interval for ``k`` successes in ``n`` trials (95% by default)."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = k / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    # Exact ends at k = 0 and k = n (the formula gives them up to round-off).
-    lo = 0.0 if k == 0 else max(0.0, centre - half)
-    hi = 1.0 if k == n else min(1.0, centre + half)
-    return (lo, hi)
-
-
-def _cell_stats(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    n = len(records)
-    correct = sum(r["correct"] for r in records)
-    answered = sum(r["answered"] for r in records)
-    lo, hi = wilson(correct, n)
-    return {
-        "formulation": records[0]["formulation"],
-        "depth": records[0]["depth"],
-        "chains": records[0]["chains"],
-        "n": n,
-        "correct": correct,
-        "accuracy": correct / n,
-        "ci95": [lo, hi],
-        "answered": answered,
-        "unanswered": n - answered,
-        "accuracy_answered": correct / answered if answered else None,
-        "chance": sum(1 / len(r["acceptable"]) for r in records) / n,
-        "mean_draws": sum(r["n_draws"] for r in records) / n,
-        "mean_latency_s": sum(r["latency_s"] for r in records) / n,
-    }
-
-
-def summarise(records: Iterable[dict[str, Any]], identity: dict[str, Any] | None = None) -> dict[str, Any]:
-    """results.json: every (formulation, D) cell; ``per_formulation`` picks each
-    formulation's default depth (Fig. 2 left, Sec. 4: D = 5), or its only depth;
-    ``per_depth`` lists each formulation's cells by D (Fig. 2 right for equations)."""
-    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for r in records:
-        groups.setdefault((r["formulation"], r["depth"]), []).append(r)
-    order = {f: i for i, f in enumerate(FORMULATIONS)}
-    keys = sorted(groups, key=lambda k: (order[k[0]], k[1]))
-    stats = [_cell_stats(groups[k]) for k in keys]
-    per_formulation: dict[str, Any] = {}
-    per_depth: dict[str, dict[str, Any]] = {}
-    for s in stats:
-        per_depth.setdefault(s["formulation"], {})[str(s["depth"])] = s
-    for f, by_d in per_depth.items():
-        default = str(prompts.default_depth(f))
-        if default in by_d:
-            per_formulation[f] = by_d[default]
-        elif len(by_d) == 1:
-            per_formulation[f] = next(iter(by_d.values()))
-    return {
-        "identity": identity or {},
-        "definitions": {
-            "accuracy": "first acceptable answer correct, over all questions (unanswered count as wrong)",
-            "accuracy_answered": "the same over answered questions only",
-            "unanswered": "no acceptable answer within max_draws draws",
-            "chance": "mean of 1/len(acceptable)",
-            "ci95": "Wilson score interval, 95%",
-        },
-        "per_formulation": per_formulation,
-        "per_depth": per_depth,
-        "cells": stats,
-    }
-
-
-# --- Figure 2 ------------------------------------------------------------------------------------
-
-
-def plot_figure2(results: dict[str, Any], out: Path) -> list[str]:
-    """Fig. 2: left, accuracy per formulation (Wilson 95% bars) with dashed chance lines;
-    right, equations accuracy vs D. PNG and SVG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ident = results.get("identity", {})
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [1.2, 1]})
-    per_f = results["per_formulation"]
-    names = [f for f in FORMULATIONS if f in per_f]
-    for i, f in enumerate(names):
-        s = per_f[f]
-        lo, hi = s["ci95"]
-        left.bar(i, s["accuracy"], width=0.7, color="C0")
-        err = [[max(0.0, s["accuracy"] - lo)], [max(0.0, hi - s["accuracy"])]]  # float round-off
-        left.errorbar(i, s["accuracy"], yerr=err, color="k", capsize=4)
-        left.hlines(s["chance"], i - 0.4, i + 0.4, colors="C3", linestyles="--", label="chance" if i == 0 else None)
-    left.set_xticks(range(len(names)), [f"{f}\nD={per_f[f]['depth']}" for f in names])
-    left.set_ylim(0, 1.02)
-    left.set_ylabel("accuracy")
-    left.set_title("accuracy per formulation")
-    if names:
-        left.legend(loc="upper right", frameon=False)
-    eq = results["per_depth"].get("equations", {})
-    if eq:
-        ds = sorted(int(d) for d in eq)
-        acc = [eq[str(d)]["accuracy"] for d in ds]
-        lo = [eq[str(d)]["ci95"][0] for d in ds]
-        hi = [eq[str(d)]["ci95"][1] for d in ds]
-        err = [[max(0.0, a - l) for a, l in zip(acc, lo)], [max(0.0, h - a) for a, h in zip(acc, hi)]]
-        right.errorbar(ds, acc, yerr=err, fmt="o-", color="C0", capsize=3, label="accuracy (Wilson 95%)")
-        right.plot(ds, [eq[str(d)]["chance"] for d in ds], "--", color="C3", label="chance")
-        right.set_xticks(ds)
-        right.legend(loc="upper right", frameon=False)
-    else:
-        right.text(0.5, 0.5, "no equations questions", ha="center", va="center", transform=right.transAxes)
-    right.set_ylim(0, 1.02)
-    right.set_xlabel("D (equations)")
-    right.set_title("equations: accuracy vs D")
-    shots = ident.get("few_shot")
-    fig.suptitle(
-        f"{ident.get('model', '?')} ({ident.get('backend', '?')}, {ident.get('mode', '?')}"
-        + (f", {shots}-shot" if shots else "") + ")"
-    )
-    return save_figure(fig, out, "figure2")

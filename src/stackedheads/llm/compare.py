@@ -1,6 +1,6 @@
 """Several language models side by side: the paper's Figure 2, and accuracy vs depth.
 
-Each model keeps its own resumable run folder (``samples.jsonl`` of :mod:`.bench`); this
+Each model keeps its own resumable run folder (``samples.jsonl`` of :mod:`.runlog`); this
 module only reads them. :func:`compare` writes, into one folder:
 
 - ``comparison.json``: per model, its identity and every (formulation, D) cell;
@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from stackedheads.errors import UsageError
-from stackedheads.llm.bench import CONFIG, SAMPLES, check_records, load_records, summarise
+from stackedheads.llm.runlog import CONFIG, SAMPLES, check_records, load_records
+from stackedheads.llm.scoring import summarise
 from stackedheads.plots import save_figure
 from stackedheads.storage import atomic_write_json, atomic_write_text, read_state_json
 from stackedheads.tasks.formulations import FORMULATIONS

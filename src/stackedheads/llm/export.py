@@ -10,7 +10,8 @@
 - ``DIR/lm_eval/{formulation}_d{D}.yaml``: one lm-evaluation-harness ``generate_until`` task per
   cell, all tagged ``stackedheads``: ``lm_eval --include_path DIR/lm_eval --tasks stackedheads``;
 - ``DIR/inspect_task.py``: an inspect_ai task (self-contained) with the resample-until-acceptable
-  solver of App. A: ``inspect eval DIR/inspect_task.py --model ...``.
+  solver of App. A: ``inspect eval DIR/inspect_task.py --model ...``; it parses answers with
+  the source of :mod:`stackedheads.llm.scoring`'s ``normalise`` and ``parse_answer``.
 
 lm-evaluation-harness scores the first answer only (its generate_until tasks have no
 "resample until acceptable" loop): exact match after taking the first line, stripping
@@ -19,11 +20,14 @@ whitespace, case and punctuation. The inspect_ai task follows the full protocol.
 
 from __future__ import annotations
 
+import inspect
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from stackedheads.errors import UsageError
+from stackedheads.llm import scoring
 from stackedheads.tasks.prompts import Question, generate
 
 __all__ = ["export_questions", "INSPECT_TASK"]
@@ -140,7 +144,24 @@ def export_questions(
     return written
 
 
-INSPECT_TASK = '''"""inspect_ai task: the retrieval questions of Musat (ICLR 2025), Sec. 4 / App. A.
+def _parsing_source() -> str:
+    """:func:`~stackedheads.llm.scoring.normalise` and :func:`~.scoring.parse_answer` with
+    their constants, as source: the exported task parses answers with the very code the
+    benchmark runs."""
+    return "\n".join([
+        f"_LABEL = re.compile({scoring._LABEL.pattern!r}, {re.RegexFlag(scoring._LABEL.flags)!r})",
+        f"_WRAP = {ascii(scoring._WRAP)}",
+        f"_FINAL_PUNCT = {ascii(scoring._FINAL_PUNCT)}",
+        "", "",
+        inspect.getsource(scoring.normalise),
+        "",
+        inspect.getsource(scoring.parse_answer),
+    ])
+
+
+# The task file: the docstring and imports, the data folder, the parsing of
+# stackedheads.llm.scoring, then the solver and scorer of App. A (inspect_ai's API).
+_TASK_HEAD = '''"""inspect_ai task: the retrieval questions of Musat (ICLR 2025), Sec. 4 / App. A.
 
 Written by `stackedheads prompts --export`; reads ./data/*.jsonl beside this file.
 
@@ -156,6 +177,7 @@ Unanswered questions count as wrong and are marked in the score metadata.
 import hashlib
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from inspect_ai import Task, task
@@ -165,26 +187,9 @@ from inspect_ai.scorer import CORRECT, INCORRECT, Score, Target, accuracy, score
 from inspect_ai.solver import Generate, TaskState, solver
 
 DATA = Path(__file__).parent / "data"
-_LABEL = re.compile(r"^answer\\s*:\\s*", re.IGNORECASE)
-_WRAP = "\\"'`*_\\u201c\\u201d\\u2018\\u2019"
-_FINAL_PUNCT = ".,;:!?\\u3002"
+'''
 
-
-def normalise(text):
-    line = next((x for x in (text or "").strip().splitlines() if x.strip()), "")
-    line = _LABEL.sub("", line.strip())
-    previous = None
-    while previous != line:
-        previous = line
-        line = line.strip().strip(_WRAP).rstrip(_FINAL_PUNCT)
-    return line.casefold()
-
-
-def parse_answer(text, acceptable):
-    return {a.casefold(): a for a in acceptable}.get(normalise(text))
-
-
-def _read(path):
+_TASK_TAIL = '''def _read(path):
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
@@ -253,3 +258,5 @@ def stackedheads(formulation: str = "all", few_shot: int = 0, max_draws: int = 1
         scorer=first_acceptable_answer(),
     )
 '''
+
+INSPECT_TASK = "\n".join([_TASK_HEAD, _parsing_source(), "", _TASK_TAIL])

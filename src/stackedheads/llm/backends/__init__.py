@@ -1,10 +1,10 @@
 """Text generators behind one small protocol (Sec. 4 benchmarks large language models).
 
-As in inspect_ai, a backend only turns a :class:`Request` into text; prompting, parsing,
-resampling and scoring live in :mod:`stackedheads.llm.bench`. Backends are registered by name
-in :data:`BACKENDS`; :func:`make_backend` builds one, and the command line (``llm-bench
---backend``, ``reproduce --llm-backend``) offers every registered name. Built in, one module
-each:
+As in inspect_ai, a backend only turns a :class:`Request` into text; prompting and
+resampling live in :mod:`stackedheads.llm.bench`, parsing and scoring in
+:mod:`stackedheads.llm.scoring`. Backends are registered by name in :data:`BACKENDS`;
+:func:`make_backend` builds one, and the command line (``llm-bench --backend``, ``reproduce
+--llm-backend``) offers every registered name. Built in, one module each:
 
 - ``openai`` (:mod:`.openai_compat`): any OpenAI-compatible server (vLLM, the llama.cpp
   server, Ollama, OpenAI) through the official ``openai`` client, async, chat or completion

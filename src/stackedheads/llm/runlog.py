@@ -1,0 +1,142 @@
+"""The run folder of an LLM benchmark: its log, its identity, resuming.
+
+- ``config.json``: what identifies the run (backend, model, mode, seed, chains, few-shot,
+  sampling) and every invocation's arguments. Never an API key.
+- ``samples.jsonl``: one record per question, appended and flushed when the question finishes:
+  the prompt, every raw draw and its parse, the final answer, correctness, latency. A run
+  resumes by skipping the questions already there; runs with other formulations, depths or
+  ``n`` add questions to the same folder.
+- ``results.json``: the summary of every record (:func:`stackedheads.llm.scoring.summarise`).
+
+Answers of one identity must never be mixed with another's: :func:`check_records` and
+:func:`check_folder` refuse before anything is appended.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from stackedheads.errors import UsageError, redact_secrets
+from stackedheads.llm.backends import Backend
+from stackedheads.storage import atomic_write_json, read_state_json
+from stackedheads.tasks.formulations import FORMULATIONS
+from stackedheads.tasks.prompts import Question
+
+__all__ = ["CONFIG", "KIND", "RESULTS", "SAMPLES", "check_folder", "check_records", "load_records", "run_identity"]
+
+PROTOCOL_VERSION = 1
+SAMPLES = "samples.jsonl"
+CONFIG = "config.json"
+RESULTS = "results.json"
+KIND = "llm-bench run"  # what storage.folder_kinds calls a folder holding SAMPLES
+
+# Fields of the run identity: a folder answered under one of these values must not be mixed
+# with answers under another. n, formulations and depths only select questions.
+IDENTITY_FIELDS = ("chains", "seed", "few_shot", "max_draws", "temperature", "max_tokens")
+MAX_NORMALISED = 200  # the parse of a draw as stored: an answer is a word or a number
+# What scoring reads from a record: one without these (a damaged line) is asked again.
+_RECORD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "key": str, "formulation": str, "depth": int, "chains": int, "answered": bool, "correct": bool,
+    "acceptable": list, "n_draws": int, "latency_s": (int, float), "backend": str, "model": str, "mode": str,
+}
+
+
+def record_key(q: Question) -> str:
+    """A question's key in ``samples.jsonl``: what resuming skips."""
+    return f"{q.formulation}/D{q.depth}/N{q.chains}/{q.index}"
+
+
+def stored(value: Any) -> Any:
+    """``value`` (text, or lists and dicts of it) without a registered secret, as it is stored."""
+    if isinstance(value, str):
+        return redact_secrets(value)
+    if isinstance(value, list):
+        return [stored(v) for v in value]
+    if isinstance(value, dict):
+        return {k: stored(v) for k, v in value.items()}
+    return value
+
+
+def run_identity(backend: Backend, cfg: Any) -> dict[str, Any]:
+    """What a record and ``config.json`` must agree on for answers to be counted together
+    (``cfg``: a :class:`~stackedheads.llm.bench.BenchConfig`)."""
+    ident = {"protocol": PROTOCOL_VERSION, "backend": backend.name, "model": backend.model, "mode": backend.mode}
+    ident.update({k: getattr(cfg, k) for k in IDENTITY_FIELDS})
+    return ident
+
+
+def _valid_record(rec: Any) -> bool:
+    return (
+        isinstance(rec, dict)
+        and all(isinstance(rec.get(k), t) for k, t in _RECORD_TYPES.items())
+        and rec["formulation"] in FORMULATIONS
+        and len(rec["acceptable"]) > 0
+    )
+
+
+def load_records(path: Path) -> dict[str, dict[str, Any]]:
+    """Records of ``samples.jsonl`` by key; a line cut short by a kill, or a record missing
+    what scoring needs, is ignored (its question is asked again)."""
+    records: dict[str, dict[str, Any]] = {}
+    if not path.exists():
+        return records
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if _valid_record(rec):
+                records[rec["key"]] = rec
+    return records
+
+
+def repair_tail(path: Path) -> None:
+    """Drop a partial last line (the process was killed mid-write) before appending."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    data = path.read_bytes()
+    if data.endswith(b"\n"):
+        return
+    cut = data.rfind(b"\n") + 1
+    with open(path, "r+b") as f:
+        f.truncate(cut)
+
+
+def check_folder(out: Path, identity: dict[str, Any], invocation: dict[str, Any]) -> None:
+    """Refuse to mix answers of different runs in one folder; record this invocation."""
+    path = out / CONFIG
+    runs: list[dict[str, Any]] = []
+    if path.exists():
+        saved = read_state_json(path, "the run's identity")
+        old = saved.get("identity", {})
+        if not isinstance(old, dict):
+            raise UsageError(f"{path} has the wrong shape (identity is not an object): use another --out")
+        diff = [k for k in identity if old.get(k) != identity[k]]
+        if diff:
+            what = ", ".join(f"{k}: {old.get(k)!r} there, {identity[k]!r} now" for k in diff)
+            raise UsageError(f"{out} holds a run with other settings ({what}); use another --out")
+        runs = saved.get("invocations", [])
+        runs = runs if isinstance(runs, list) else []
+    runs.append(invocation)
+    atomic_write_json(path, {"identity": identity, "invocations": runs})
+
+
+def check_records(
+    records: dict[str, dict[str, Any]], identity: dict[str, Any], samples: Path, vouched: bool,
+    advice: str = "use another --out",
+) -> None:
+    """Every answer must come from this run's identity (a samples.jsonl without its
+    config.json, or copied from elsewhere, must not credit one model with another's answers).
+    Records from before these fields were stored are accepted only where config.json vouches."""
+    for key, rec in records.items():
+        for k, want in identity.items():
+            if k not in rec and vouched:
+                continue
+            if rec.get(k, "(not recorded)") != want:
+                raise UsageError(
+                    f"{samples} holds answers of another run ({key}: {k} {str(rec.get(k, '(not recorded)'))[:60]!r} "
+                    f"there, {want!r} expected); {advice}"
+                )
