@@ -60,3 +60,48 @@ def is_figure(path: Path, min_px: int = 200) -> bool:
         im.verify()
     with Image.open(path) as im:
         return im.format == "PNG" and min(im.size) >= min_px
+
+
+@pytest.fixture
+def held():
+    """``held(folder)``: hold the lock of a folder from a second process until the test ends."""
+    import textwrap
+
+    procs = []
+
+    def hold(folder: Path):
+        code = textwrap.dedent(f"""
+            import sys, time
+            from stackedheads.storage import FolderLock
+            with FolderLock({str(folder)!r}):
+                print("held", flush=True)
+                sys.stdin.read()
+        """)
+        p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline().strip() == "held"
+        procs.append(p)
+        return p
+
+    yield hold
+    for p in procs:
+        p.stdin.close()
+        p.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def ckpt_run(tmp_path_factory):
+    """A tiny finished run with every checkpoint (3 layers, 1 head, D=2). Tests that change it
+    copy it first (:func:`copy_run`)."""
+    from stackedheads import presets
+    from stackedheads.training import train
+
+    run = tmp_path_factory.mktemp("ckpt") / "run"
+    train(presets.SEC9_SMOKE.override(steps=20, ckpt_every=10), run)
+    return run
+
+
+def copy_run(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst

@@ -340,3 +340,79 @@ def test_the_diagram_shows_redundant_groups(tmp_path):
     plain = (tmp_path / "plain" / "circuit.svg").read_text()
     assert "<!-- L0.0 -->" in plain and " g1 -->" not in plain and "redundant" not in plain
     assert "stroke-dasharray" not in plain
+
+
+# --- Circuit files validated on load, and the discover command's folder and options
+
+import json  # noqa: E402
+
+
+def _circuit(**over):
+    heads = [{"layer": 0, "head": 0, "rules": "uniform", "paths": []},
+             {"layer": 1, "head": 0, "rules": {"first": "s-1", "second": "kept", "query": "uniform"}, "paths": [[1, 0]]}]
+    d = {"depth": 2, "heads": heads, "info": {}}
+    d.update(over)
+    return d
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d["heads"][1]["rules"].update(first="s+99"), "unknown rule"),
+        (lambda d: d["heads"][0].update(rules="sometimes"), "unknown kind"),
+        (lambda d: d["heads"][1].update(paths=[[9, 0]]), "out of range"),
+        (lambda d: d["heads"][1].update(paths=[[-2, 0]]), "out of range"),
+        (lambda d: d["heads"][1].update(paths=[[1, -3]]), "out of range"),
+        (lambda d: d["heads"][1].update(paths=[[1]]), "a path must be"),
+        (lambda d: d["heads"][0].update(layer=-1), "layer and head"),
+        (lambda d: d.update(depth="2"), "depth"),
+        (lambda d: d.update(heads={}), "heads"),
+        (lambda d: d["heads"][1].update(rules=["s-1"]), "rules must be"),
+    ],
+)
+def test_circuit_schema_validated_on_load(tmp_path, mutate, message):
+    from stackedheads.circuits.ablate import Circuit
+
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(_circuit()))
+    assert Circuit.load(good).paths() == [(1, 0, 1, 0)]
+    d = _circuit()
+    mutate(d)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(d))
+    with pytest.raises(UsageError, match=message):
+        Circuit.load(bad)
+
+
+def test_circuit_sink_path_is_valid(tmp_path):
+    from stackedheads.circuits.ablate import SINK, Circuit
+
+    d = _circuit()
+    d["heads"][1]["paths"] = [[1, SINK]]
+    (tmp_path / "c.json").write_text(json.dumps(d))
+    assert Circuit.load(tmp_path / "c.json").paths() == [(1, 0, 1, SINK)]
+
+
+def test_spec_is_a_folder(tmp_path, cli):
+    code, _, stderr = cli("circuit", "validate", str(tmp_path), "--spec", str(tmp_path))
+    assert code == 2 and "is a folder" in stderr and "Traceback" not in stderr
+
+
+def test_tolerance_nan_refused(tmp_path, cli):
+    out = tmp_path / "out"
+    for bad in ("nan", "inf", "-1"):
+        code, _, stderr = cli("circuit", "discover", str(tmp_path), "--out", str(out), "--tolerance", bad)
+        assert code == 2 and "tolerance" in stderr and not out.exists()
+
+
+def test_discover_folder_locked(tmp_path, held):
+    from stackedheads.circuits.discover import discover_run
+    from stackedheads.errors import UsageError
+    from helpers import train_config
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(train_config()))
+    held(tmp_path / "c")
+    with pytest.raises(UsageError, match="in use by pid"):
+        discover_run(run, tmp_path / "c")

@@ -431,3 +431,49 @@ def test_the_report_shows_budgets_groups_and_the_timeline(tmp_path):
     assert "first path crosses 0.5 attention: <b>3560 (445)</b>" in page
     # x2 emerges with its own head (interpolated 3880 = epoch 485; first seen at 3920 = 490).
     assert f"<td>x2</td><td>{K2}</td><td class=\"num\">3880 (485)</td><td class=\"num\">3920 (490)</td>" in page
+
+
+# --- Damaged or hostile stage files: one line, never a path outside the folder
+
+from helpers import one_error, reproduce_folder  # noqa: E402
+
+from stackedheads.errors import UsageError  # noqa: E402
+
+
+def test_sweep_spec_layers_never_become_paths(tmp_path):
+    from stackedheads.claims import sec7
+
+    spec = presets.figure4("smoke").to_dict()
+    spec["layers"] = ["../../escape"]
+    (tmp_path / "sweep.json").write_text(json.dumps(spec))
+    with pytest.raises(UsageError, match="expected an integer"):
+        sec7.folder_claims(tmp_path)
+
+
+@pytest.mark.parametrize("damage", ["summary", "theory"])
+def test_claims_and_report_on_damaged_stage_files_are_one_line(tmp_path, damage, cli):
+    run = reproduce_folder(tmp_path)
+    if damage == "summary":  # valid JSON of the wrong shape
+        train_dir = run / "circuits" / "runs" / "transformers-A-C"
+        train_dir.mkdir(parents=True)
+        (train_dir / "summary.json").write_text('{"seeds": 3}')
+        found = run / "circuits" / "discovered" / "seed0"
+        found.mkdir(parents=True)
+        (found / "summary.json").write_text('{"n_useful_heads": 2}')
+    else:  # a cut-off line
+        (run / "theory").mkdir()
+        (run / "theory" / "theory.jsonl").write_text('{"depth": 1, "min_layers": 1}\n{"depth": 2, "min_la')
+    for command in (["claims", str(run)], ["report", str(run)]):
+        code, _, stderr = cli(*command)
+        assert code == 2 and one_error(stderr), stderr
+        assert ("circuits" if damage == "summary" else "theory.jsonl") in stderr
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"models": [{"model": "a"}]}', '{"models": 3}'])
+def test_damaged_llm_comparison_is_one_line(tmp_path, content, cli):
+    run = reproduce_folder(tmp_path)
+    (run / "llm").mkdir()
+    (run / "llm" / "comparison.json").write_text(content)
+    for command in (["claims", str(run)], ["report", str(run)]):
+        code, _, stderr = cli(*command)
+        assert code == 2 and one_error(stderr) and "comparison.json" in stderr, stderr

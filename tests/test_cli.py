@@ -98,3 +98,65 @@ def test_bad_input_is_one_line_exit_2(args, cli_process):
     assert "Traceback" not in r.err
     lines = r.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("stackedheads: error:"), r.err
+
+
+# --- Errors of any command: one line, the right exit code, nothing written, secrets redacted
+
+import errno  # noqa: E402
+
+import torch  # noqa: E402
+from helpers import SECRET, one_error  # noqa: E402
+
+from stackedheads import storage  # noqa: E402
+from stackedheads.errors import register_secret  # noqa: E402
+
+
+def test_unexpected_error_traceback_is_redacted(monkeypatch, cli):
+    register_secret(SECRET)
+
+    def boom(*a, **k):
+        raise RuntimeError(f"a bug that mentions Bearer {SECRET}")
+
+    monkeypatch.setattr("stackedheads.theory.theory_table", boom)
+    code, stdout, stderr = cli("theory", "--max-depth", "3")
+    assert code == 1 and "Traceback" in stderr and "RuntimeError" in stderr  # a bug keeps its traceback
+    assert SECRET not in stderr
+
+
+def test_out_is_a_file(tmp_path, cli):
+    f = tmp_path / "file"
+    f.write_text("x")
+    code, _, stderr = cli("prompts", "-f", "equations", "--out", str(f / "q.jsonl"))
+    assert code == 2 and "Traceback" not in stderr and str(f) in stderr
+    code, _, stderr = cli("theory", "--max-depth", "3", "--out", str(f))
+    assert code == 2 and "Traceback" not in stderr and one_error(stderr)
+
+
+@pytest.mark.parametrize("err, code", [(errno.EROFS, 2), (errno.EACCES, 2), (errno.ENOSPC, 1), (errno.EIO, 1)])
+def test_write_failures_are_one_line(tmp_path, monkeypatch, err, code, cli):
+    """A read-only folder, no permission (we may run as root: simulated), a full disk, an I/O error."""
+
+    def fail(path, data):
+        raise OSError(err, __import__("os").strerror(err), str(path))
+
+    monkeypatch.setattr(storage, "atomic_write_bytes", fail)
+    got, _, stderr = cli("prompts", "-f", "equations", "--out", str(tmp_path / "q.jsonl"))
+    assert got == code and "Traceback" not in stderr and one_error(stderr)
+    assert "q.jsonl" in stderr
+
+
+def test_theory_and_prompts_limits(cli):
+    code, _, stderr = cli("theory", "--max-depth", "100000")
+    assert code == 2 and "between 1 and 200" in stderr
+    code, _, stderr = cli("prompts", "-f", "equations", "--n", "10000000")
+    assert code == 2 and "between 1 and 100000" in stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("command", [["train", "--preset", "smoke"], ["sweep", "figure4", "--preset", "smoke"],
+                                     ["sweep", "depth", "--preset", "smoke"]])
+def test_device_cuda_without_cuda_writes_nothing(tmp_path, command, cli):
+    out = tmp_path / "out"
+    code, _, stderr = cli(*command, "--device", "cuda", "--out", str(out))
+    assert code == 2 and "no CUDA device" in stderr and one_error(stderr)
+    assert not out.exists()  # so the corrected re-run (--device cpu) is not refused

@@ -136,3 +136,59 @@ def test_a_run_config_whose_model_is_no_object_is_one_line(tmp_path, cli):
     code, _, stderr = cli("emergence", str(run), "--out", str(tmp_path / "e"))
     assert code == 2 and "Traceback" not in stderr and "'model' must be a JSON object" in stderr, stderr
     assert not (tmp_path / "e").exists()
+
+
+# --- Values read from files never become paths; the folder is locked; a circuit of another model is refused
+
+from helpers import one_error, train_config  # noqa: E402
+
+from stackedheads import storage  # noqa: E402
+from stackedheads.errors import UsageError  # noqa: E402
+
+
+def test_emergence_folder_locked(tmp_path, held):
+    from stackedheads.emergence import emergence_run
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(train_config()))
+    held(tmp_path / "e")
+    with pytest.raises(UsageError, match="in use by pid"):
+        emergence_run(run, tmp_path / "e", n_seqs=4)
+
+
+def test_emergence_seeds_from_config_never_become_paths(tmp_path):
+    from stackedheads.emergence import emergence_run
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(train_config(seeds=["../../escape"])))
+    with pytest.raises(UsageError, match="seeds must be a non-empty list of integers"):
+        emergence_run(run, tmp_path / "out", n_seqs=4)
+    assert not (tmp_path / "out").exists() and not (tmp_path.parent / "escape").exists()
+    with pytest.raises(UsageError):
+        storage.safe_component("../x", "a name")
+    assert storage.safe_component("seed3", "a name") == "seed3"
+
+
+@pytest.mark.parametrize("seqs", ["0", "-120"])
+def test_emergence_seqs_validated_before_writing(tmp_path, seqs, cli):
+    out = tmp_path / "out"
+    code, _, stderr = cli("emergence", str(tmp_path), "--out", str(out), "--seqs", seqs)
+    assert code == 2 and "--seqs" in stderr and not out.exists()
+
+
+@pytest.mark.parametrize("change", ["depth", "layer"])
+def test_emergence_refuses_a_circuit_of_another_model(ckpt_run, tmp_path, change, cli):
+    heads = [{"layer": layer, "head": 0, "rules": "uniform", "paths": []} for layer in range(3)]
+    heads[2] = {"layer": 2, "head": 0, "rules": {"first": "s-1", "second": "kept", "query": "uniform"}, "paths": [[1, 0]]}
+    circuit = {"depth": 2, "heads": heads, "info": {}}
+    if change == "depth":  # a circuit of a D=5 run: its indices lie outside this run's sequences
+        circuit["depth"], heads[2]["paths"] = 5, [[9, 0]]
+    else:  # a layer this model does not have
+        heads[2]["layer"] = 7
+    (tmp_path / "c" / "seed0").mkdir(parents=True)
+    (tmp_path / "c" / "seed0" / "circuit.json").write_text(json.dumps(circuit))
+    code, _, stderr = cli("emergence", str(ckpt_run), "--out", str(tmp_path / "e"), "--circuits", str(tmp_path / "c"),
+                               "--seqs", "4")
+    assert code == 2 and one_error(stderr) and "circuit.json" in stderr

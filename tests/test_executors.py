@@ -97,3 +97,16 @@ def test_cli_sets_the_spin_policy_before_torch_loads(tmp_path):
     r = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "run")], env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[0] == f"AT TORCH {perf.SPINCOUNT}"
+
+
+# --- A job's run folder locked by another process
+
+def test_sweep_job_in_a_locked_run_folder_logs_no_attempt(tmp_path, held):
+    from stackedheads import presets
+    from stackedheads.executors import Job, run_dir, run_job
+
+    job = Job("ic-D2-L1", "ic", presets.get("smoke"))
+    held(run_dir(tmp_path, job))
+    with pytest.raises(UsageError, match="in use by pid"):
+        run_job(job, tmp_path)
+    assert not (run_dir(tmp_path, job) / "attempts.jsonl").exists()

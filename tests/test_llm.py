@@ -762,3 +762,210 @@ def test_an_html_reply_is_not_called_json(monkeypatch):
     assert "JSON str" not in backend._describe(e.value)
     with pytest.raises(Exception, match="a JSON array, not a completion"):
         backend._extract([1, 2])
+
+
+# --- Secrets, malformed replies, size caps, resumed answers that must match the run, and the
+# run folder's lock, against a scriptable server (tests/helpers.py)
+
+import helpers  # noqa: E402
+from helpers import BENCH, FIXED_CFG, SECRET, URL_PASSWORD, Fixed, Server, assert_nowhere, echo_headers, one_error  # noqa: E402
+
+
+def test_error_echoing_headers_never_shows_the_key(tmp_path, monkeypatch, cli):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    out = tmp_path / "run"
+    with Server(echo_headers(400)) as srv:
+        code, stdout, stderr = cli(*BENCH, "--base-url", srv.url, "--out", str(out))
+    assert code == 1
+    assert "HTTP 400" in stderr and one_error(stderr)
+    assert "Bearer ***" in stderr  # the echo is there, its value is not
+    assert_nowhere([SECRET], tmp_path, stdout, stderr)
+
+
+def test_answers_echoing_headers_and_url_credentials_never_written(tmp_path, monkeypatch, cli):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    out = tmp_path / "run"
+    seen = []
+
+    def reply(n, body, headers):
+        seen.append(headers.get("Authorization", ""))
+        return None
+
+    with Server(reply, text_of=lambda sol: f"{sol.answer}\nAuthorization: Bearer {SECRET} api-key={SECRET}") as srv:
+        url = f"http://alice:{URL_PASSWORD}@127.0.0.1:{srv.port}/v1"
+        code, stdout, stderr = cli(*BENCH, "--base-url", url, "--out", str(out))
+    assert code == 0, stderr
+    assert seen  # the server was asked...
+    results = json.loads((out / "results.json").read_text())
+    assert results["cells"][0]["accuracy"] == 1.0  # ...answered through the echo...
+    assert_nowhere([SECRET, URL_PASSWORD], tmp_path, stdout, stderr)  # ...and nothing leaked
+    config = json.loads((out / "config.json").read_text())
+    assert config["invocations"][0]["backend"]["base_url"] == f"http://127.0.0.1:{srv.port}/v1"
+
+
+def test_secret_never_in_any_file_of_the_test_folder(tmp_path, monkeypatch, cli):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.chdir(tmp_path)  # anything written relative to the working folder is grepped too
+    with Server(echo_headers(500)) as srv:
+        url = f"http://alice:{URL_PASSWORD}@127.0.0.1:{srv.port}/v1"
+        code, stdout, stderr = cli(*BENCH, "--base-url", url, "--out", "run")
+    assert code == 1 and one_error(stderr) and "HTTP 500" in stderr
+    assert_nowhere([SECRET, URL_PASSWORD], tmp_path, stdout, stderr)
+
+
+MALFORMED = {
+    "invalid json": (200, {"Content-Type": "application/json"}, b'{"choices": [ nope'),
+    "no choices": (200, {"Content-Type": "application/json"},
+                   json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": []}).encode()),
+    "json array": (200, {"Content-Type": "application/json"}, b"[1, 2, 3]"),
+    "html": (200, {"Content-Type": "text/html"}, b"<html><body>502 from the proxy</body></html>"),
+}
+
+
+def _one(backend: OpenAIBackend) -> Generation:
+    import asyncio
+
+    req = Request(None, "Question: x\nAnswer:", 1.0, 8, 0)
+    backend.mode = "completion"
+
+    async def go():
+        try:
+            return await backend.complete(req)
+        finally:
+            await backend.aclose()
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("kind", sorted(MALFORMED))
+def test_malformed_reply_retried_then_one_error(kind, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
+    with Server(lambda n, body, headers: MALFORMED[kind]) as srv:
+        with pytest.raises(BackendError, match="giving up after 3 attempts: malformed reply"):
+            _one(OpenAIBackend("m", srv.url, max_retries=2, backoff_base=0.001))
+    assert srv.count == 3
+
+
+def test_malformed_reply_once_is_retried_and_succeeds(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
+    script = lambda n, body, headers: MALFORMED["html"] if n == 0 else None  # noqa: E731
+    monkeypatch.setattr(helpers, "solve", lambda prompt: None)  # "x" is no real question
+    with Server(script, text_of=lambda sol: "7") as srv:
+        gen = _one(OpenAIBackend("m", srv.url, max_retries=2, backoff_base=0.001))
+    assert gen.text == " 7" and gen.retries == 1
+
+
+def test_malformed_replies_in_the_cli_keep_answered_questions(tmp_path, monkeypatch, cli):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
+    out = tmp_path / "run"
+    args = [*BENCH[:9], "--n", "4", "--max-draws", "1", "--temperature", "0", "--max-retries", "1", "--out", str(out)]
+    with Server(lambda n, body, headers: MALFORMED["json array"] if n >= 2 else None) as srv:
+        code, stdout, stderr = cli(*args, "--base-url", srv.url)
+    assert code == 1 and "Traceback" not in stderr and one_error(stderr)
+    assert "malformed reply" in stderr and "kept" in stderr
+    assert len(bench.load_records(out / "samples.jsonl")) == 2  # the two answered questions stay
+    with Server() as srv:  # a healthy server: the run resumes and asks only the rest
+        code, stdout, stderr = cli(*args, "--base-url", srv.url)
+    assert code == 0, stderr
+    assert srv.count == 2 and len(bench.load_records(out / "samples.jsonl")) == 4
+
+
+def test_retry_after_is_capped_and_said(monkeypatch, capsys):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
+    monkeypatch.setattr(backends._base, "MAX_RETRY_AFTER_S", 0.01)  # the test must not wait 120 s
+    monkeypatch.setattr(helpers, "solve", lambda prompt: None)
+    script = lambda n, body, headers: (429, {"Retry-After": "100000", "Content-Type": "application/json"}, b"{}") if n == 0 else None  # noqa: E731
+    with Server(script, text_of=lambda sol: "ok") as srv:
+        gen = _one(OpenAIBackend("m", srv.url, max_retries=2, backoff_base=0.001))
+    assert gen.retries == 1
+    err = capsys.readouterr().err
+    assert "asked to wait 100000 s" in err and "instead" in err
+
+
+def test_huge_answers_are_capped_and_stored_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
+    huge = "x" * 1_000_000
+    cfg = BenchConfig(formulations=("equations",), depths=(2,), n=2, max_draws=2)
+    with Server(text_of=lambda sol: huge) as srv:  # ignores max_tokens: 1 MB per draw
+        bench.run_bench(OpenAIBackend("m", srv.url), cfg, tmp_path)
+    size = (tmp_path / "samples.jsonl").stat().st_size
+    assert size < 4 * (backends.MAX_TEXT_CHARS + 3000)  # 4 draws, each stored once and capped
+    rec = next(iter(bench.load_records(tmp_path / "samples.jsonl").values()))
+    assert rec["draws"][0]["text"] == "x" * backends.MAX_TEXT_CHARS + "...[998000 more characters dropped]"
+    assert (tmp_path / "results.json").stat().st_size < 20_000
+
+
+def test_samples_without_config_from_another_model_are_refused(tmp_path):
+    bench.run_bench(Fixed("a"), FIXED_CFG, tmp_path)
+    (tmp_path / "config.json").unlink()
+    with pytest.raises(UsageError, match="answers of another run.*model"):
+        bench.run_bench(Fixed("b"), FIXED_CFG, tmp_path)
+    assert not (tmp_path / "config.json").exists()  # nothing recorded by the refused run
+    other = BenchConfig(formulations=("equations",), depths=(2,), n=3, few_shot=1)
+    with pytest.raises(UsageError, match="few_shot"):
+        bench.run_bench(Fixed("a"), other, tmp_path)
+    with pytest.raises(UsageError, match="mode"):
+        bench.run_bench(Fixed("a", mode="completion"), FIXED_CFG, tmp_path)
+    same = Fixed("a")
+    bench.run_bench(same, FIXED_CFG, tmp_path)  # the same run resumes: nothing asked again
+    assert same.calls == 0
+
+
+def test_old_records_without_identity_need_config(tmp_path):
+    bench.run_bench(Fixed("a"), FIXED_CFG, tmp_path)
+    lines = (tmp_path / "samples.jsonl").read_text().splitlines()
+    stripped = []
+    for line in lines:  # records as an older version wrote them
+        rec = json.loads(line)
+        for k in ("protocol", "few_shot", "temperature", "max_draws", "max_tokens"):
+            rec.pop(k)
+        stripped.append(json.dumps(rec))
+    (tmp_path / "samples.jsonl").write_text("\n".join(stripped) + "\n")
+    again = Fixed("a")
+    bench.run_bench(again, FIXED_CFG, tmp_path)  # config.json vouches for them
+    assert again.calls == 0
+    (tmp_path / "config.json").unlink()
+    with pytest.raises(UsageError, match="not recorded"):
+        bench.run_bench(Fixed("a"), FIXED_CFG, tmp_path)
+
+
+def test_sample_record_missing_a_key_is_asked_again(tmp_path):
+    bench.run_bench(Fixed("a"), FIXED_CFG, tmp_path)
+    lines = (tmp_path / "samples.jsonl").read_text().splitlines()
+    rec = json.loads(lines[0])
+    del rec["correct"]
+    lines[0] = json.dumps(rec)
+    (tmp_path / "samples.jsonl").write_text("\n".join(lines) + "\n")
+    again = Fixed("a")
+    res = bench.run_bench(again, FIXED_CFG, tmp_path)
+    assert again.calls == 1 and res["cells"][0]["n"] == 3
+
+
+@pytest.mark.parametrize("content", ["", "{not json", "[1, 2]", '{"identity": 3}'])
+def test_damaged_bench_config_is_one_line(tmp_path, content, capsys, monkeypatch):
+    (tmp_path / "config.json").write_text(content)
+    with pytest.raises(UsageError, match="config.json"):
+        bench.run_bench(Fixed("a"), FIXED_CFG, tmp_path)
+
+
+def test_llm_bench_folder_locked(tmp_path, held):
+    held(tmp_path)
+    with pytest.raises(UsageError, match="in use by pid"):
+        bench.run_bench(Fixed("a"), FIXED_CFG, tmp_path)
+    assert not (tmp_path / "samples.jsonl").exists()
+
+
+def test_few_shot_is_bounded(tmp_path, cli):
+    """--few-shot 100000000 built a prompt of gigabytes for minutes before asking anything."""
+    code, _, stderr = cli(*BENCH, "--few-shot", "100000000", "--base-url", "http://127.0.0.1:9/v1",
+                               "--out", str(tmp_path / "o"))
+    assert code == 2 and one_error(stderr) and "--few-shot" in stderr and not (tmp_path / "o").exists()
+
+
+def test_garbage_gguf_is_one_line(tmp_path, cli):
+    pytest.importorskip("llama_cpp")
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\x00garbage" * 100)
+    code, _, stderr = cli("llm-bench", "--backend", "llamacpp", "--model", str(bad), "--n", "1",
+                               "--formulation", "equations", "--out", str(tmp_path / "o"))
+    assert code == 2 and "not a usable GGUF model" in stderr and "Traceback" not in stderr

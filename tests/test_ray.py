@@ -94,3 +94,18 @@ def test_cli_ray_executor_matches_local(tmp_path):
     assert read(tmp_path / "ray" / "summary.csv") == read(tmp_path / "local" / "summary.csv")
     r = subprocess.run([*cli, "--executor", "local", "--ray-address", "auto", "--out", str(tmp_path / "x")], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1
+
+
+# --- An unreachable cluster
+
+from helpers import Server  # noqa: E402
+
+
+def test_unreachable_ray_address_fails_fast(capsys):
+    pytest.importorskip("ray")
+    from stackedheads.executors import RayExecutor
+
+    with Server() as srv:
+        port = srv.port
+    with pytest.raises(UsageError, match="cannot reach the Ray cluster at 127.0.0.1"):  # nobody listens now
+        RayExecutor(f"127.0.0.1:{port}")

@@ -11,11 +11,10 @@ from hypothesis import strategies as st
 
 from stackedheads import presets
 from stackedheads.errors import UsageError
-from stackedheads.model import EnsembleTransformer
+from stackedheads.model import EnsembleTransformer, clip_grad_norm_per_member_
 from stackedheads.storage import FolderLock
 from stackedheads.tasks.vectors import VectorTaskConfig, make_batch, position_codes
 from stackedheads.training import (
-    GPT2_RECIPE,
     TrainConfig,
     checkpoint_path,
     list_checkpoints,
@@ -58,15 +57,31 @@ def test_lr_schedule_shape(steps, warm_frac, schedule, floor):
         assert math.isclose(after[-1], cfg.optim.lr * floor, abs_tol=1e-12)
 
 
-def test_gpt2_recipe_values():
-    # What the README promises for the paper presets.
+def test_paper_presets_train_with_the_gpt2_recipe():
+    """What the README promises for the paper presets, checked through what training does with
+    them: the learning rate the loop sets at each step, which parameters AdamW decays, and how
+    far a member's gradient is clipped."""
     for name in ("paper", "sec8", "sec9"):
         cfg = presets.get(name)
-        assert (cfg.optim.schedule, cfg.optim.min_lr_ratio, cfg.optim.grad_clip) == ("cosine", 0.1, 1.0)
-        assert cfg.optim.warmup_steps == 200 and set(cfg.optim.decay_exempt) == {"norm", "bias"}
+        peak, lrs = cfg.optim.lr, [cfg.lr_at(s) for s in range(cfg.steps)]
+        assert lrs[:200] == pytest.approx([peak * (s + 1) / 200 for s in range(200)])  # linear warm-up, 200 steps
+        decay = lrs[199:]
+        assert decay == sorted(decay, reverse=True) and decay[-1] == pytest.approx(0.1 * peak)  # down to a tenth
+        quarter = decay[(len(decay) - 1) // 4]  # a cosine is still high a quarter of the way (linear: 0.775)
+        assert quarter == pytest.approx(peak * (0.1 + 0.9 * (1 + math.cos(math.pi / 4)) / 2), rel=1e-3)
+
+        model = EnsembleTransformer(cfg.model_config(), seeds=(0, 1), init=False)
+        decayed = {id(p) for g in make_optimizer(model, cfg).param_groups if g["weight_decay"] > 0 for p in g["params"]}
+        for pname, p in model.named_parameters():  # the matrices decay; LayerNorm gains and biases (vectors) do not
+            assert (id(p) in decayed) == (p.ndim == 3), (name, pname)
+
+        for e, p in enumerate(model.parameters()):
+            p.grad = torch.full_like(p, float(e + 1))
+        clip_grad_norm_per_member_(model, cfg.optim.grad_clip)
+        norms = torch.stack([p.grad.flatten(1).square().sum(1) for p in model.parameters()]).sum(0).sqrt()
+        assert norms.tolist() == pytest.approx([1.0, 1.0])  # each member clipped to norm 1
     assert presets.get("sec9").epoch(6400) == 800  # Sec. 9.1: 6,400 steps are 800 epochs
     assert presets.get("sec9").epoch(80) == 10  # a checkpoint every 10 epochs (80 steps)
-    assert GPT2_RECIPE["grad_clip"] == 1.0
 
 
 @pytest.mark.parametrize(

@@ -327,3 +327,103 @@ def test_a_reproduce_config_of_the_wrong_shape_says_so(tmp_path, change, cli):
     code, _, stderr = cli("reproduce", "--preset", "smoke", "--out", str(out), *THEORY_ONLY)
     assert code == 2 and "config.json has the wrong shape" in stderr and "another preset" not in stderr, stderr
     assert next(iter(change)) in stderr
+
+
+# --- Secrets, damaged state, locks, interrupts and options validated before writing
+
+from helpers import SECRET, URL_PASSWORD, Server, assert_nowhere, echo_headers, one_error  # noqa: E402
+
+
+@pytest.mark.slow
+def test_reproduce_server_error_is_one_line_and_secret_free(tmp_path, monkeypatch, cli):
+    """A server that is down (or echoes headers) during `reproduce`: one line, no traceback."""
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    out = tmp_path / "rep"
+    args = ["reproduce", "--preset", "smoke", "--out", str(out), "--llm-backend", "openai", "--llm-model", "m",
+            "--skip", "figure4", "--skip", "circuits", "--skip", "emergence"]
+    with Server(echo_headers(401)) as srv:
+        url = f"http://alice:{URL_PASSWORD}@127.0.0.1:{srv.port}/v1"
+        code, stdout, stderr = cli(*args, "--llm-base-url", url)
+    assert code == 1 and "Traceback" not in stderr
+    assert one_error(stderr) and "HTTP 401" in stderr
+    assert_nowhere([SECRET, URL_PASSWORD], tmp_path, stdout, stderr)
+    port = srv.port
+    code, stdout, stderr = cli(*args, "--llm-base-url", f"http://127.0.0.1:{port}/v1")  # nobody listens now
+    assert code == 1 and "Traceback" not in stderr and one_error(stderr)
+    assert "giving up" in stderr
+
+
+@pytest.mark.slow
+def test_reproduce_never_writes_url_credentials(tmp_path, monkeypatch, cli):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    out = tmp_path / "rep"
+    with Server(text_of=lambda sol: f"{sol.answer}\n{{'authorization': 'Bearer {SECRET}'}}") as srv:
+        url = f"http://alice:{URL_PASSWORD}@127.0.0.1:{srv.port}/v1"
+        code, stdout, stderr = cli("reproduce", "--preset", "smoke", "--out", str(out), "--llm-backend", "openai", "--llm-model", "m",
+             "--llm-base-url", url, "--skip", "figure4", "--skip", "circuits", "--skip", "emergence")
+    assert code == 0, stderr
+    written = [p.name for p in out.rglob("*") if p.is_file()]
+    assert {"samples.jsonl", "config.json", "done.json", "summary.json", "index.html"} <= set(written)
+    assert_nowhere([SECRET, URL_PASSWORD], tmp_path, stdout, stderr)
+
+
+def test_damaged_reproduce_state_is_one_line(tmp_path, cli):
+    out = tmp_path / "rep"
+    args = ["reproduce", "--preset", "smoke", "--out", str(out), "--skip", "llm", "--skip", "figure4",
+            "--skip", "circuits", "--skip", "emergence", "--skip", "prompts"]
+    code, _, stderr = cli(*args)
+    assert code == 0, stderr
+    (out / "theory" / "done.json").write_text('{"rows": 6, "fi')  # cut off by a full disk
+    code, _, stderr = cli(*args)
+    assert code == 2 and "done.json is damaged" in stderr and "delete it" in stderr
+    assert one_error(stderr)
+    (out / "theory" / "done.json").write_text("{}")  # valid JSON, wrong shape
+    code, _, stderr = cli(*args)
+    assert code == 2 and "done.json is damaged" in stderr and one_error(stderr)
+    (out / "theory" / "done.json").unlink()
+    (out / "config.json").write_text("[]")
+    code, _, stderr = cli(*args)
+    assert code == 2 and "config.json has the wrong shape" in stderr
+
+
+def test_reproduce_folder_locked(tmp_path, held, cli):
+    held(tmp_path / "rep")
+    code, _, stderr = cli("reproduce", "--preset", "smoke", "--out", str(tmp_path / "rep"), "--skip", "llm")
+    assert code == 2 and "in use by pid" in stderr
+    assert sorted(p.name for p in (tmp_path / "rep").iterdir()) == [".lock"]
+
+
+def test_interrupt_during_reproduce_is_one_line(tmp_path, monkeypatch, cli):
+    from stackedheads import reproduce
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(reproduce.STAGES, "prompts", interrupted)
+    code, _, stderr = cli("reproduce", "--preset", "smoke", "--out", str(tmp_path / "rep"), "--skip", "llm",
+                               "--skip", "figure4", "--skip", "circuits", "--skip", "emergence")
+    assert code == 130 and "Traceback" not in stderr and "stackedheads: interrupted" in stderr
+
+
+def test_reproduce_llm_concurrency_validated_before_writing(tmp_path, cli):
+    out = tmp_path / "rep"
+    code, _, stderr = cli("reproduce", "--preset", "smoke", "--out", str(out), "--llm-backend", "openai",
+                               "--llm-model", "m", "--llm-concurrency", "0")
+    assert code == 2 and "--llm-concurrency" in stderr and not out.exists()
+
+
+@pytest.mark.parametrize(
+    "llm, message",
+    [
+        (["--llm-backend", "bogus", "--llm-model", "m"], "unknown --llm-backend"),
+        (["--llm-backend", "openai", "--llm-model", "m", "--llm-mode", "bogus", "--llm-base-url", "http://127.0.0.1:9/v1"], "--llm-mode"),
+        (["--llm-backend", "llamacpp", "--llm-model", "nosuchmodel"], "unknown model"),
+        (["--llm-backend", "llamacpp", "--llm-model", "smollm2", "--llm-base-url", "http://127.0.0.1:9/v1"], "--llm-base-url"),
+        (["--llm-backend", "openai", "--llm-model", "m", "--llm-api-key-env", "STACKEDHEADS_NO_SUCH_VAR"], "no API key"),
+    ],
+)
+def test_reproduce_llm_choice_validated_before_writing(tmp_path, llm, message, cli):
+    out = tmp_path / "rep"
+    code, _, stderr = cli("reproduce", "--preset", "smoke", "--out", str(out), *llm)
+    assert code == 2 and message in stderr and one_error(stderr)
+    assert not out.exists()

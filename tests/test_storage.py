@@ -94,3 +94,50 @@ def test_one_rule_for_seeds(seeds):
     with pytest.raises(UsageError, match="integers from 0 to 2\\*\\*63-1"):
         check_seeds(seeds, "--seeds")
     assert check_seeds([0, 2**63 - 1], "--seeds") == (0, 2**63 - 1)
+
+
+# --- Secrets, atomic writes and locks
+
+import errno  # noqa: E402
+
+from helpers import SECRET  # noqa: E402
+
+from stackedheads import storage  # noqa: E402
+from stackedheads.errors import register_secret  # noqa: E402
+
+
+def test_state_files_never_hold_a_registered_secret(tmp_path):
+    register_secret(SECRET)
+    storage.atomic_write_json(tmp_path / "x.json", {"note": f"key {SECRET}"})
+    assert SECRET not in (tmp_path / "x.json").read_text()
+
+
+def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "state.json"
+    storage.atomic_write_json(path, {"v": 1})
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(storage.os, "fsync", full)
+    with pytest.raises(OSError):
+        storage.atomic_write_json(path, {"v": 2})
+    assert json.loads(path.read_text()) == {"v": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]  # no temporary left behind
+
+
+def test_lock_held_by_another_process(tmp_path, held):
+    p = held(tmp_path / "x")
+    with pytest.raises(UsageError, match=f"in use by pid {p.pid}"):
+        with storage.FolderLock(tmp_path / "x"):
+            pass
+    with storage.FolderLock(tmp_path / "y", reentrant=True):  # a job runner around train()
+        with storage.FolderLock(tmp_path / "y"):
+            pass
+        assert (tmp_path / "y" / ".lock").exists()
+    with storage.FolderLock(tmp_path / "z"):  # by default even this process is refused
+        with pytest.raises(UsageError, match="in use by pid"):
+            with storage.FolderLock(tmp_path / "z"):
+                pass
+    with storage.FolderLock(tmp_path / "z"):  # and every lock was released
+        pass

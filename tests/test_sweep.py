@@ -142,3 +142,31 @@ def test_a_bad_sweep_spec_is_named(tmp_path, content, cli):
     (tmp_path / sweep.SPEC_FILE).write_text(content)
     code, _, stderr = cli("claims", str(tmp_path))
     assert code == 2 and "Traceback" not in stderr and str(tmp_path / sweep.SPEC_FILE) in stderr, stderr
+
+
+# --- The sweep's folder lock, and a damaged run summary rebuilt
+
+from conftest import copy_run  # noqa: E402
+
+
+def test_sweep_folder_locked(tmp_path, held):
+    from stackedheads import sweep
+
+    held(tmp_path / "sw")
+    with pytest.raises(UsageError, match="in use by pid"):
+        sweep.run_figure4(presets.figure4("smoke"), tmp_path / "sw")
+    assert not (tmp_path / "sw" / "sweep.json").exists()
+
+
+def test_sweep_rebuilds_a_damaged_run_summary(ckpt_run, tmp_path):
+    from stackedheads import sweep
+    from stackedheads.executors import Job, run_dir
+    from stackedheads.training import TrainConfig
+
+    cfg = TrainConfig.from_dict(json.loads((ckpt_run / "config.json").read_text()))
+    job = Job("ic-D2-L3", "ic", cfg)
+    folder = copy_run(ckpt_run, run_dir(tmp_path, job))
+    (folder / "summary.json").write_text("")  # what a full disk used to leave
+    rows = sweep.job_rows([job], tmp_path)
+    assert rows and rows[0]["layers"] == 3
+    assert json.loads((folder / "summary.json").read_text())["seeds"]

@@ -220,3 +220,114 @@ def test_train_refuses_a_sweep_folder(tmp_path, cli):
     code, _, stderr = cli(*_train_args(tmp_path))
     assert code == 2 and "another kind of output (figure4 sweep)" in stderr, stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep.json"]
+
+
+# --- Interrupts, filesystem errors, damaged checkpoint headers and summaries
+
+import errno  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from conftest import copy_run  # noqa: E402
+from helpers import one_error  # noqa: E402
+
+from stackedheads import storage  # noqa: E402
+
+
+@pytest.mark.slow
+def test_sigint_during_train_is_one_line(tmp_path):
+    out = tmp_path / "run"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "stackedheads", "train", "--preset", "smoke", "--steps", "1000000", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        # A test run started in the background inherits SIGINT ignored (POSIX shells do that to
+        # background jobs); the user's terminal never does.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline and p.poll() is None:
+        metrics = out / "metrics.csv"
+        if metrics.exists() and metrics.read_text().count("\n") >= 3:  # training is under way
+            break
+        time.sleep(0.2)
+    stderr = ""
+    try:
+        for _ in range(3):  # Python drops a Ctrl-C that lands in a weakref callback: press it again
+            p.send_signal(signal.SIGINT)
+            try:
+                _, stderr = p.communicate(timeout=30)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 130 and "Traceback" not in stderr
+    assert "stackedheads: interrupted" in stderr and "resume" in stderr
+
+
+def test_full_disk_while_checkpointing_is_one_line(tmp_path, monkeypatch, cli):
+    from safetensors import SafetensorError
+
+    from stackedheads.training import checkpoints
+
+    def full(tensors, filename, metadata=None):
+        raise SafetensorError(f'Error while serializing: I/O error: No space left on device (os error 28) at path "{filename}"')
+
+    monkeypatch.setattr(checkpoints, "save_file", full)
+    code, _, stderr = cli("train", "--preset", "smoke", "--out", str(tmp_path / "run"))
+    assert code == 1 and one_error(stderr) and "No space left on device" in stderr
+    assert not list((tmp_path / "run" / "checkpoints").glob("*.tmp"))
+
+
+@pytest.mark.parametrize("err, code", [(errno.EROFS, 2), (errno.ENOSPC, 1)])
+def test_train_state_write_failures_are_one_line(tmp_path, monkeypatch, err, code, cli):
+    def fail(path, data):
+        raise OSError(err, os.strerror(err), str(path))
+
+    monkeypatch.setattr(storage, "atomic_write_bytes", fail)
+    got, _, stderr = cli("train", "--preset", "smoke", "--out", str(tmp_path / "run"))
+    assert got == code and one_error(stderr) and "config.json" in stderr
+
+
+def _mangle_header(path: Path, old: bytes, new: bytes) -> None:
+    data = path.read_bytes()
+    assert len(old) == len(new) and old in data
+    path.write_bytes(data.replace(old, new, 1))
+
+
+def test_damaged_checkpoint_header_is_detected(ckpt_run, tmp_path, cli):
+    from stackedheads.training import checkpoint_path, load_model
+
+    run = copy_run(ckpt_run, tmp_path / "run")
+    path = checkpoint_path(run, 20)
+    # A config that still parses but describes another model (2 heads of 4 instead of 1 of 8
+    # would read the same weights as another architecture), then one that no longer parses.
+    _mangle_header(path, b'\\"d_head\\": 8', b'\\"d_head\\": 4')
+    with pytest.raises(UsageError, match="checksum"):
+        load_model(path)
+    _mangle_header(path, b'\\"d_head\\": 4', b'\\"d_head\\": x')
+    code, _, stderr = cli("attention", str(run), "--out", str(tmp_path / "maps"))
+    assert code == 2 and one_error(stderr) and "step_000020" in stderr
+
+
+def test_checkpoint_without_header_checksum_with_bad_config_is_one_line(ckpt_run, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from stackedheads.training import checkpoint_path, load_model
+
+    run = copy_run(ckpt_run, tmp_path / "run")
+    path = checkpoint_path(run, 20)
+    tensors = load_file(str(path))
+    save_file(tensors, str(path), metadata={"step": "20", "config": '{"task": {"depth": 2'})  # an older file
+    with pytest.raises(UsageError, match="damaged"):
+        load_model(path)
+
+
+def test_summary_of_the_wrong_shape_is_rebuilt(ckpt_run, tmp_path, cli):
+    run = copy_run(ckpt_run, tmp_path / "run")
+    good = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text("{}")
+    code, _, stderr = cli("train", "--preset", "sec9-smoke", "--steps", "20", "--ckpt-every", "10", "--out", str(run))
+    assert code == 0, stderr
+    assert json.loads((run / "summary.json").read_text())["seeds"] == good["seeds"]
