@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import torch
@@ -60,27 +60,33 @@ LN_EPS = 1e-5
 class ModelConfig:
     """Shape of one transformer. Defaults: Sec. 7.1 with N = 4, K = 4, D = 3 (IC).
 
-    Args:
-        d_in: input width, 2K: the token vector (K) and its positional encoding (K), Sec. 6.
-        d_out: output width per query: D*K with the implicit curriculum, K without (Sec. 7).
-        n_queries: N; the readout is at the last n_queries positions (Sec. 6).
-        n_layers: transformer layers (Sec. 7.1: 1-8; 8.1: 12; 9.1: 24).
-        n_heads: attention heads per layer (Sec. 7.1: 8; 8.1, 9.1: 1).
-        d_model: residual stream width (Sec. 7.1, 8.1: 128; 9.1: 512).
-        d_head: head size; None is d_model // n_heads (GPT-2); Sec. 9.1 decouples it (16).
-        mlp: a GELU MLP of width 4 d_model after each attention (Sec. 9.1 removes them).
-
     In a :class:`~stackedheads.training.TrainConfig` the first three follow the task.
     """
 
-    d_in: int = 8
-    d_out: int = 12
-    n_queries: int = 4
-    n_layers: int = 2
-    n_heads: int = 8
-    d_model: int = 128
-    d_head: int | None = None
-    mlp: bool = True
+    d_in: int = field(default=8, metadata={"help": (
+        "input width, 2K: the token vector (K) and its positional encoding (K), Sec. 6."
+    )})
+    d_out: int = field(default=12, metadata={"help": (
+        "output width per query: D*K with the implicit curriculum, K without (Sec. 7)."
+    )})
+    n_queries: int = field(default=4, metadata={"help": (
+        "N; the readout is at the last n_queries positions (Sec. 6)."
+    )})
+    n_layers: int = field(default=2, metadata={"help": (
+        "transformer layers (Sec. 7.1: 1-8; 8.1: 12; 9.1: 24)."
+    )})
+    n_heads: int = field(default=8, metadata={"help": (
+        "attention heads per layer (Sec. 7.1: 8; 8.1, 9.1: 1)."
+    )})
+    d_model: int = field(default=128, metadata={"help": (
+        "residual stream width (Sec. 7.1, 8.1: 128; 9.1: 512)."
+    )})
+    d_head: int | None = field(default=None, metadata={"help": (
+        "head size; None is d_model // n_heads (GPT-2); Sec. 9.1 decouples it (16)."
+    )})
+    mlp: bool = field(default=True, metadata={"help": (
+        "a GELU MLP of width 4 d_model after each attention (Sec. 9.1 removes them)."
+    )})
 
     def __post_init__(self) -> None:
         for name in ("d_in", "d_out", "n_queries", "n_layers", "n_heads", "d_model"):

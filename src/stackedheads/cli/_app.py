@@ -83,35 +83,14 @@ def parse_names(text: str) -> tuple[str, ...]:
 
 # --- options generated from the training config -----------------------------------------------
 # ``train`` takes one option per field of TrainConfig and its parts (task, model, optim), with
-# the help text of the field's ``Args:`` entry: a new field is a new option, never a new edit here.
+# the help of the field's metadata (``field(metadata={"help": ...})``): a new field is a new
+# option, never a new edit here.
 
 # Fields a run does not take from the command line: the task's seed (each member has its own)
 # and the model's input/output sizes (they follow the task).
 NOT_OPTIONS = {"seed", "d_in", "d_out", "n_queries"}
 # Shorter names kept from before the options were generated.
 OPTION_NAMES = {"n_layers": "layers", "n_heads": "heads"}
-
-
-def _args_help(cls) -> dict[str, str]:
-    """The ``Args:`` entries of a dataclass's docstring, by field name (one line each)."""
-    import inspect
-    import re
-
-    doc = inspect.getdoc(cls) or ""
-    out: dict[str, str] = {}
-    section = doc.split("Args:", 1)[1] if "Args:" in doc else ""
-    name = None
-    for line in section.splitlines():
-        m = re.match(r"^\s{4}(\w+):\s*(.*)$", line)
-        if m:
-            name, out[m.group(1)] = m.group(1), m.group(2)
-        elif name and line.startswith("        ") and line.strip():
-            out[name] += " " + line.strip()
-        elif not line.strip():
-            name = None
-        else:
-            break
-    return out
 
 
 def config_fields() -> list[tuple[str, type, str]]:
@@ -125,11 +104,11 @@ def config_fields() -> list[tuple[str, type, str]]:
 
     out = []
     for cls in (VectorTaskConfig, ModelConfig, OptimConfig, TrainConfig):
-        hints, helps = typing.get_type_hints(cls), _args_help(cls)
+        hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             if f.name in NOT_OPTIONS or f.name in ("task", "model", "optim"):
                 continue
-            out.append((f.name, hints[f.name], helps.get(f.name, f.name.replace("_", " "))))
+            out.append((f.name, hints[f.name], f.metadata.get("help", f.name.replace("_", " "))))
     return out
 
 

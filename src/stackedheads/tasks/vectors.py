@@ -20,7 +20,7 @@ per-sample Python loop.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 import torch
 
@@ -35,31 +35,29 @@ _MASK32 = 0xFFFFFFFF
 
 @dataclass(frozen=True)
 class VectorTaskConfig:
-    """The task of Sections 6-7. Paper values: N=4, K=4, n_train=2^20 (Sec. 7.1).
+    """The task of Sections 6-7. Paper values: N=4, K=4, n_train=2^20 (Sec. 7.1)."""
 
-    Args:
-        chains: N, the interleaved chains (Sec. 6: 4).
-        depth: D, the retrieval steps per chain.
-        dims: K, the symbols' dimensions (even: the positional code is sin/cos pairs; Sec. 6: 4).
-        ic: the implicit curriculum: predict x_1..x_D, not only x_D (Sec. 7).
-        n_train: the finite training set's size (Sec. 7.1: 2^20).
-        n_val: held-out sequences every member is validated on.
-        seed: the task's seed (a training run gives each ensemble member its own).
-        pe_base: the positional code's base (RoFormer's 10000).
-        pe: "token", every position its own code (Sec. 6, "concatenate each token embedding
-            with a positional encoding"); or "pair", App. B Def. 2-3's reading, where both
-            tokens of an input pair share the code p_k (queries get codes of their own).
-    """
-
-    chains: int = 4
-    depth: int = 3
-    dims: int = 4
-    ic: bool = True
-    n_train: int = 2**20
-    n_val: int = 4096
-    seed: int = 0
-    pe_base: float = 10000.0
-    pe: str = "token"
+    chains: int = field(default=4, metadata={"help": "N, the interleaved chains (Sec. 6: 4)."})
+    depth: int = field(default=3, metadata={"help": "D, the retrieval steps per chain."})
+    dims: int = field(default=4, metadata={"help": (
+        "K, the symbols' dimensions (even: the positional code is sin/cos pairs; Sec. 6: 4)."
+    )})
+    ic: bool = field(default=True, metadata={"help": (
+        "the implicit curriculum: predict x_1..x_D, not only x_D (Sec. 7)."
+    )})
+    n_train: int = field(default=2**20, metadata={"help": "the finite training set's size (Sec. 7.1: 2^20)."})
+    n_val: int = field(default=4096, metadata={"help": "held-out sequences every member is validated on."})
+    seed: int = field(default=0, metadata={"help": (
+        "the task's seed (a training run gives each ensemble member its own)."
+    )})
+    pe_base: float = field(default=10000.0, metadata={"help": (
+        "the positional code's base (RoFormer's 10000)."
+    )})
+    pe: str = field(default="token", metadata={"help": (
+        "\"token\", every position its own code (Sec. 6, \"concatenate each token embedding with a "
+        "positional encoding\"); or \"pair\", App. B Def. 2-3's reading, where both tokens of an input"
+        " pair share the code p_k (queries get codes of their own)."
+    )})
 
     def __post_init__(self) -> None:
         if self.chains < 1:

@@ -43,28 +43,29 @@ MODEL_IO = ("d_in", "d_out", "n_queries")
 
 @dataclass(frozen=True)
 class OptimConfig:
-    """AdamW and its learning-rate schedule.
+    """AdamW and its learning-rate schedule."""
 
-    Args:
-        lr: peak learning rate (Sec. 7.1: 1e-3).
-        weight_decay: decoupled weight decay (Sec. 7.1: 0.1; Loshchilov 2017).
-        warmup_steps: linear warm-up from lr/warmup_steps to lr (0: none).
-        schedule: after warm-up, "constant", "cosine" or "linear" decay ...
-        min_lr_ratio: ... down to this fraction of lr at the last step.
-        grad_clip: gradient-norm clipping per ensemble member (0: off).
-        betas: Adam's (beta1, beta2).
-        decay_exempt: parameter families without weight decay: "norm" (LayerNorm gains and
-            biases), "bias", "embed" (the input projection).
-    """
-
-    lr: float = 1e-3
-    weight_decay: float = 0.1
-    warmup_steps: int = 0
-    schedule: str = "constant"
-    min_lr_ratio: float = 0.1
-    grad_clip: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    decay_exempt: tuple[str, ...] = ()
+    lr: float = field(default=1e-3, metadata={"help": "peak learning rate (Sec. 7.1: 1e-3)."})
+    weight_decay: float = field(default=0.1, metadata={"help": (
+        "decoupled weight decay (Sec. 7.1: 0.1; Loshchilov 2017)."
+    )})
+    warmup_steps: int = field(default=0, metadata={"help": (
+        "linear warm-up from lr/warmup_steps to lr (0: none)."
+    )})
+    schedule: str = field(default="constant", metadata={"help": (
+        "after warm-up, \"constant\", \"cosine\" or \"linear\" decay ..."
+    )})
+    min_lr_ratio: float = field(default=0.1, metadata={"help": (
+        "... down to this fraction of lr at the last step."
+    )})
+    grad_clip: float = field(default=0.0, metadata={"help": (
+        "gradient-norm clipping per ensemble member (0: off)."
+    )})
+    betas: tuple[float, float] = field(default=(0.9, 0.999), metadata={"help": "Adam's (beta1, beta2)."})
+    decay_exempt: tuple[str, ...] = field(default=(), metadata={"help": (
+        "parameter families without weight decay: \"norm\" (LayerNorm gains and biases), \"bias\", "
+        "\"embed\" (the input projection)."
+    )})
 
     def __post_init__(self) -> None:
         for name in ("lr", "weight_decay", "min_lr_ratio", "grad_clip"):
@@ -95,50 +96,49 @@ GPT2_RECIPE = {"schedule": "cosine", "min_lr_ratio": 0.1, "grad_clip": 1.0, "dec
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """One training job: an ensemble of ``len(seeds)`` models of one shape.
+    """One training job: an ensemble of ``len(seeds)`` models of one shape."""
 
-    Args:
-        task: the vector task (Sec. 6-7).
-        model: the architecture; its input, output and query sizes follow the task.
-        optim: AdamW and the schedule.
-        seeds: one ensemble member per seed (its initialisation, data and order).
-        batch_size: sequences per step and member (Sec. 7.1: 512).
-        steps: optimiser steps (Sec. 7.1: 10k).
-        steps_per_epoch: the epoch axis of plots and claims; None: n_train // batch_size.
-            Sec. 9.1 counts 6,400 steps as 800 epochs (8 steps per epoch), which its 262k
-            examples at batch 256 (1,024 steps per epoch) contradict; the sec9 presets follow
-            the paper's arithmetic.
-        eval_every: validate every this many steps.
-        final_window: the "final validation loss" is the mean over the last this many steps,
-            each evaluated (Sec. 7.1: 100).
-        ckpt_every: checkpoint every this many steps.
-        keep_checkpoints: keep every checkpoint (emergence, Sec. 9, reads them) or the last two.
-        device: "cpu", "cuda" or "cuda:N".
-        dtype: "float32", "bfloat16" (autocast: bfloat16 activations and matmuls, float32
-            weights, optimizer state, readout and loss), "tf32" (CUDA matmuls) or "auto"
-            (bfloat16 where the device has it natively, else float32; resolved per run).
-        threads: torch's intra-op CPU threads while training. None: the caller's setting when
-            the run starts; recorded in config.json and reused on resume, because the reductions
-            of a step sum in an order that depends on the thread count (same count, same bytes).
-        compile: torch.compile the model for training and evaluation. On a GPU it fuses a
-            24-layer step's many small kernels; on a 2-core CPU it measured no faster.
-    """
-
-    task: VectorTaskConfig = field(default_factory=VectorTaskConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    seeds: tuple[int, ...] = (0,)
-    batch_size: int = 512
-    steps: int = 10_000
-    steps_per_epoch: int | None = None
-    eval_every: int = 100
-    final_window: int = 100
-    ckpt_every: int = 1000
-    keep_checkpoints: bool = True
-    device: str = "cpu"
-    dtype: str = "float32"
-    compile: bool = False
-    threads: int | None = None
+    task: VectorTaskConfig = field(default_factory=VectorTaskConfig, metadata={"help": (
+        "the vector task (Sec. 6-7)."
+    )})
+    model: ModelConfig = field(default_factory=ModelConfig, metadata={"help": (
+        "the architecture; its input, output and query sizes follow the task."
+    )})
+    optim: OptimConfig = field(default_factory=OptimConfig, metadata={"help": "AdamW and the schedule."})
+    seeds: tuple[int, ...] = field(default=(0,), metadata={"help": (
+        "one ensemble member per seed (its initialisation, data and order)."
+    )})
+    batch_size: int = field(default=512, metadata={"help": "sequences per step and member (Sec. 7.1: 512)."})
+    steps: int = field(default=10_000, metadata={"help": "optimiser steps (Sec. 7.1: 10k)."})
+    steps_per_epoch: int | None = field(default=None, metadata={"help": (
+        "the epoch axis of plots and claims; None: n_train // batch_size. Sec. 9.1 counts 6,400 "
+        "steps as 800 epochs (8 steps per epoch), which its 262k examples at batch 256 (1,024 steps"
+        " per epoch) contradict; the sec9 presets follow the paper's arithmetic."
+    )})
+    eval_every: int = field(default=100, metadata={"help": "validate every this many steps."})
+    final_window: int = field(default=100, metadata={"help": (
+        "the \"final validation loss\" is the mean over the last this many steps, each evaluated "
+        "(Sec. 7.1: 100)."
+    )})
+    ckpt_every: int = field(default=1000, metadata={"help": "checkpoint every this many steps."})
+    keep_checkpoints: bool = field(default=True, metadata={"help": (
+        "keep every checkpoint (emergence, Sec. 9, reads them) or the last two."
+    )})
+    device: str = field(default="cpu", metadata={"help": "\"cpu\", \"cuda\" or \"cuda:N\"."})
+    dtype: str = field(default="float32", metadata={"help": (
+        "\"float32\", \"bfloat16\" (autocast: bfloat16 activations and matmuls, float32 weights, "
+        "optimizer state, readout and loss), \"tf32\" (CUDA matmuls) or \"auto\" (bfloat16 where the "
+        "device has it natively, else float32; resolved per run)."
+    )})
+    compile: bool = field(default=False, metadata={"help": (
+        "torch.compile the model for training and evaluation. On a GPU it fuses a 24-layer step's "
+        "many small kernels; on a 2-core CPU it measured no faster."
+    )})
+    threads: int | None = field(default=None, metadata={"help": (
+        "torch's intra-op CPU threads while training. None: the caller's setting when the run "
+        "starts; recorded in config.json and reused on resume, because the reductions of a step sum"
+        " in an order that depends on the thread count (same count, same bytes)."
+    )})
 
     def __post_init__(self) -> None:
         # The model reads the task's vectors and predicts at its queries: derived, never chosen.
