@@ -1,0 +1,329 @@
+"""The README and docs/ stay true: their commands exist, their links resolve, their cheap examples
+print what they show.
+
+* Every ``stackedheads ...`` command in a fenced block of README.md or docs/*.md names an
+  existing verb and only options that verb has: it is parsed by the typer app's click command
+  (the verb's own option parser, so values are not converted and no folder is needed, but an
+  unknown option, a missing verb or an extra argument fails). In a ``console``
+  block a command is a line that starts with ``$ ``; elsewhere a line that starts with the
+  program. A ``...`` argument stands for elided ones.
+* ``make TARGET`` names a Makefile target; ``python SCRIPT.py`` and ``pytest tests/...`` name
+  files that exist.
+* Every relative link (``[text](path)``, ``![alt](path)``, with or without ``#anchor``) points to
+  a file that exists, and its anchor to a heading of that file (GitHub's slugs).
+* Every verb of the command line appears in the README's table of verbs.
+* The cheap examples whose output a page shows (``prompts``, ``theory`` without ``--out``) are run
+  in-process and must print exactly the lines shown (docs/extending.md is left out: its examples
+  use a formulation the page itself adds).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import typer
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+RUN_VERBS = ("prompts", "theory")  # cheap, deterministic, no files: run for real
+NOT_RUN_PAGES = ("extending.md",)  # examples of a formulation the page adds itself
+SEPARATORS = {"&&", "||", "|", ";", "&"}
+
+
+def rel(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+# --- reading the pages ---------------------------------------------------------------------------
+
+
+def blocks(text: str):
+    """Fenced code blocks: ``(language, first line number, lines)``."""
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        m = re.match(r"^(\s*)```\s*([\w+-]*)", lines[i])
+        if not m:
+            i += 1
+            continue
+        lang, start, body = m.group(2), i + 2, []
+        i += 1
+        while i < len(lines) and not lines[i].strip().startswith("```"):
+            body.append(lines[i])
+            i += 1
+        i += 1
+        yield lang, start, body
+
+
+def prose(text: str) -> str:
+    """The page without its fenced blocks and inline code spans (links are read from this)."""
+    out, fenced = [], False
+    for line in text.splitlines():
+        if line.strip().startswith("```"):
+            fenced = not fenced
+            out.append("")
+            continue
+        out.append("" if fenced else re.sub(r"`[^`]*`", "``", line))
+    return "\n".join(out)
+
+
+def joined(body: list[str], start: int):
+    """Lines with backslash continuations joined: ``(line number, text)``."""
+    i = 0
+    while i < len(body):
+        n, text = start + i, body[i]
+        while text.rstrip().endswith("\\") and i + 1 < len(body):
+            i += 1
+            text = text.rstrip()[:-1] + " " + body[i].strip()
+        yield n, text
+        i += 1
+
+
+def examples():
+    """Every command of every page: ``(page, line, command, documented output lines, lang)``."""
+    found = []
+    for page in PAGES:
+        for lang, start, body in blocks(page.read_text(encoding="utf-8")):
+            if lang in ("python", "py", "json", "yaml", "toml"):
+                continue
+            lines = list(joined(body, start))
+            if lang == "console":
+                for k, (n, text) in enumerate(lines):
+                    if text.startswith("$ "):
+                        output = []
+                        for _, after in lines[k + 1:]:
+                            if after.startswith("$ "):
+                                break
+                            output.append(after)
+                        found.append((page, n, text[2:], output, lang))
+            else:
+                for n, text in lines:
+                    if text.strip() and not text.lstrip().startswith("#"):
+                        found.append((page, n, text.strip().removeprefix("$ "), [], lang))
+    return found
+
+
+def segments(command: str):
+    """A shell line's simple commands as token lists (comments, ``&&``, pipes dropped; leading
+    ``VAR=value`` assignments removed)."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=";&|")
+    lexer.whitespace_split = True
+    lexer.commenters = "#"
+    current: list[str] = []
+    out = []
+    for tok in lexer:
+        if tok in SEPARATORS:
+            out.append(current)
+            current = []
+        else:
+            current.append(tok)
+    out.append(current)
+    cleaned = []
+    for seg in out:
+        while seg and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", seg[0]):
+            seg = seg[1:]
+        if seg:
+            cleaned.append(seg)
+    return cleaned
+
+
+def is_cli(program: str) -> bool:
+    return program == "stackedheads" or program.endswith("/stackedheads")
+
+
+EXAMPLES = examples()
+CLI_EXAMPLES = [
+    (page, n, seg)
+    for page, n, command, _, _ in EXAMPLES
+    for seg in segments(command)
+    if is_cli(seg[0])
+]
+
+
+# --- the command line ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def root_command():
+    from stackedheads.cli import app
+
+    return typer.main.get_command(app)
+
+
+def check_cli(root, args: list[str]) -> None:
+    """Parse ``stackedheads ARGS`` as the CLI would, without running it; raise AssertionError
+    (or click's usage error) naming what does not exist."""
+    args = [a for a in args if a != "..."]
+    cmd, path = root, ["stackedheads"]
+    while hasattr(cmd, "commands"):  # a group: the next word must be one of its verbs
+        if not args or args[0] == "--help":
+            assert args or cmd.invoke_without_command, f"`{' '.join(path)}` needs a verb: one of {sorted(cmd.commands)}"
+            return
+        verb = args.pop(0)
+        assert verb in cmd.commands, f"`{' '.join(path)} {verb}`: no such verb (the verbs are {sorted(cmd.commands)})"
+        cmd = cmd.commands[verb]
+        path.append(verb)
+    # The command's own option parser: tokens to options and arguments, no value converted and no
+    # callback run (make_context's resilient_parsing would also swallow an unknown option).
+    parser = cmd.make_parser(cmd.context_class(cmd, info_name=" ".join(path)))
+    _, extra, _ = parser.parse_args(args=list(args))
+    assert not extra, f"`{' '.join(path)}`: unexpected arguments {extra}"
+
+
+def test_the_checker_catches_mistakes(root_command):
+    """A renamed option, a missing verb or an extra argument fails the check (else the
+    examples' test proves nothing)."""
+    check_cli(root_command, ["theory", "--max-depth", "2", "--json"])
+    check_cli(root_command, ["sweep", "figure4", "--preset", "quick", "--out", "x"])
+    check_cli(root_command, ["models"])
+    for bad in (["theory", "--max-dpeth", "2"], ["sweep", "figure5"], ["sweep"], ["claims", "a", "b"]):
+        with pytest.raises(Exception):
+            check_cli(root_command, bad)
+
+
+def test_the_pages_have_examples():
+    assert len(CLI_EXAMPLES) >= 30, "the examples were not found: did the fence syntax change?"
+    assert any(page.name == "README.md" for page, _, _ in CLI_EXAMPLES)
+
+
+@pytest.mark.parametrize(
+    "page,line,args", CLI_EXAMPLES, ids=[f"{rel(p)}:{n}" for p, n, _ in CLI_EXAMPLES]
+)
+def test_every_documented_command_parses(root_command, page, line, args):
+    try:
+        check_cli(root_command, list(args[1:]))
+    except AssertionError:
+        raise
+    except Exception as e:  # click's usage errors: no such option, a missing value
+        pytest.fail(f"{rel(page)}:{line}: `{' '.join(args)}`: {type(e).__name__}: {getattr(e, 'message', e)}")
+
+
+def test_every_verb_is_in_the_readme_table(root_command):
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+
+    def leaves(cmd, path):
+        if hasattr(cmd, "commands"):
+            if getattr(cmd, "invoke_without_command", False):
+                yield path
+            for name, sub in cmd.commands.items():
+                yield from leaves(sub, [*path, name])
+        else:
+            yield path
+
+    missing = [" ".join(p) for p in leaves(root_command, []) if f"| `stackedheads {' '.join(p)}` |" not in readme]
+    assert not missing, f"verbs missing from the README's table: {missing}"
+
+
+# --- other programs the pages name ---------------------------------------------------------------
+
+
+def make_targets() -> set[str]:
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    return {m.group(1) for m in re.finditer(r"^([A-Za-z][\w.-]*)\s*:(?!=)", text, re.M)}
+
+
+def test_make_targets_and_scripts_exist():
+    targets = make_targets()
+    problems = []
+    for page, n, command, _, _ in EXAMPLES:
+        for seg in segments(command):
+            where = f"{rel(page)}:{n}"
+            if seg[0] == "make":
+                for tok in seg[1:]:
+                    if not tok.startswith("-") and "=" not in tok and tok not in targets:
+                        problems.append(f"{where}: no make target {tok!r}")
+            elif re.search(r"(^|/)python3?$", seg[0]) and len(seg) > 1:
+                rest = seg[1:]
+                if rest[:2] == ["-m", "pytest"]:
+                    files = [t.split("::")[0] for t in rest[2:] if t.startswith("tests/")]
+                elif rest[0].endswith(".py") and not rest[0].startswith("runs/"):
+                    files = [rest[0]]
+                else:
+                    files = []
+                problems += [f"{where}: {f} does not exist" for f in files if not (ROOT / f).exists()]
+    assert not problems, "\n".join(problems)
+
+
+# --- links ---------------------------------------------------------------------------------------
+
+
+def slugs(text: str) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens, -1, -2 for
+    repeats."""
+    seen: dict[str, int] = {}
+    out = set()
+    fenced = False
+    for line in text.splitlines():
+        if line.strip().startswith("```"):
+            fenced = not fenced
+        if fenced:
+            continue
+        m = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if not m:
+            continue
+        heading = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", m.group(1))  # a link's text
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+
+
+def test_every_relative_link_resolves():
+    problems, checked = [], 0
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for m in LINK.finditer(prose(text)):
+            target = m.group(1)
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
+                continue
+            checked += 1
+            path_part, _, anchor = target.partition("#")
+            dest = (page.parent / path_part).resolve() if path_part else page
+            if not dest.exists():
+                problems.append(f"{rel(page)}: link to {target}: {path_part} does not exist")
+                continue
+            if anchor and dest.suffix == ".md" and anchor not in slugs(dest.read_text(encoding="utf-8")):
+                problems.append(f"{rel(page)}: link to {target}: no heading with anchor #{anchor} in {rel(dest)}")
+    assert checked >= 30, "the links were not found"
+    assert not problems, "\n".join(problems)
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    readme = prose((ROOT / "README.md").read_text(encoding="utf-8"))
+    linked = {m.group(1).partition("#")[0] for m in LINK.finditer(readme)}
+    missing = [rel(p) for p in PAGES[1:] if rel(p) not in linked]
+    assert not missing, f"docs pages the README does not link: {missing}"
+
+
+# --- cheap examples, run ------------------------------------------------------------------------
+
+RUNNABLE = [
+    (page, n, segments(command)[0], output)
+    for page, n, command, output, lang in EXAMPLES
+    if lang == "console" and output and page.name not in NOT_RUN_PAGES
+    and len(segments(command)) == 1 and is_cli(segments(command)[0][0])
+    and segments(command)[0][1] in RUN_VERBS
+    and not {"--out", "-o", "--export"} & set(segments(command)[0])
+]
+
+
+def test_there_are_runnable_examples():
+    assert any(page.name == "README.md" for page, *_ in RUNNABLE)
+    assert {args[1] for _, _, args, _ in RUNNABLE} == set(RUN_VERBS)
+
+
+@pytest.mark.parametrize("page,line,args,output", RUNNABLE, ids=[f"{rel(p)}:{n}" for p, n, *_ in RUNNABLE])
+def test_cheap_examples_print_what_the_docs_show(cli, monkeypatch, page, line, args, output):
+    monkeypatch.setenv("COLUMNS", "120")  # rich tables at their natural width
+    r = cli(*args[1:])
+    assert r.code == 0, r.err
+    got = [s.rstrip() for s in r.out.splitlines()]
+    want = [s.rstrip() for s in output]
+    assert got == want, f"{rel(page)}:{line}: `{' '.join(args)}` prints other lines than the page shows"
