@@ -11,7 +11,7 @@ import pytest
 from stackedheads import depth, theory
 from stackedheads.claims import FAIL, INCONCLUSIVE, NOT_RUN, PASS, Claim
 from stackedheads.errors import UsageError
-from stackedheads.sweep import cross_threshold
+from stackedheads.sweep import cross_threshold, crossing_steps
 from stackedheads.claims import beyond
 from stackedheads import presets
 
@@ -92,11 +92,11 @@ def test_collect_reads_learned_and_first_step_from_the_run_folders(smoke, monkey
     assert [t["trained_min"] for t in depth.phase_table(rows)] == [1, 1]
 
 
-def test_first_step_below():
+def test_first_step_is_the_first_evaluation_below_the_threshold():
     metrics = [{"seed": s, "step": t, "val_x1": v} for s, t, v in [(0, 20, 0.2), (0, 10, 0.6), (1, 10, 0.1), (0, 30, 0.1)]]
-    assert depth.first_step_below(metrics, 0, "val_x1", 0.3) == 20
-    assert depth.first_step_below(metrics, 1, "val_x1", 0.3) == 10
-    assert depth.first_step_below(metrics, 0, "val_x1", 0.05) is None
+    assert crossing_steps(metrics, 0, ["val_x1"], 0.3)["val_x1"] == 20
+    assert crossing_steps(metrics, 1, ["val_x1"], 0.3)["val_x1"] == 10
+    assert crossing_steps(metrics, 0, ["val_x1"], 0.05)["val_x1"] is None
 
 
 def test_second_run_retrains_nothing(smoke, monkeypatch):
@@ -136,21 +136,12 @@ def test_cli_refuses_other_grid_and_bad_ranges_in_one_line(tmp_path):
         assert r.stderr.startswith("stackedheads: error:") and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
-def test_folder_locked_by_another_process_is_refused(tmp_path):
+def test_folder_locked_by_another_process_is_refused(tmp_path, held):
     # FolderLock is re-entrant within one process, so the holder must be another process.
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from stackedheads.storage import FolderLock\n"
-         "with FolderLock(sys.argv[1]):\n    print('locked', flush=True); time.sleep(60)", str(tmp_path)],
-        stdout=subprocess.PIPE, text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "locked"
-        with pytest.raises(UsageError, match="in use"):
-            depth.run_depth(presets.depth("smoke"), tmp_path)
-        assert not (tmp_path / "runs").exists()
-    finally:
-        holder.kill()
-        holder.wait()
+    held(tmp_path)
+    with pytest.raises(UsageError, match="in use"):
+        depth.run_depth(presets.depth("smoke"), tmp_path)
+    assert not (tmp_path / "runs").exists()
 
 
 def test_damaged_results_file_is_one_line(tmp_path):

@@ -427,3 +427,15 @@ def test_reproduce_llm_choice_validated_before_writing(tmp_path, llm, message, c
     code, _, stderr = cli("reproduce", "--preset", "smoke", "--out", str(out), *llm)
     assert code == 2 and message in stderr and one_error(stderr)
     assert not out.exists()
+
+
+def test_another_preset_or_dtype_is_refused_naming_what_differs(tmp_path, cli):
+    out = tmp_path / "rep"
+    code, _, stderr = cli("reproduce", "--preset", "smoke", "--out", str(out), *THEORY_ONLY)
+    assert code == 0, stderr
+    code, _, stderr = cli("reproduce", "--preset", "quick", "--out", str(out), *THEORY_ONLY)
+    assert code == 2 and "holds a reproduce run of another preset (" in stderr and "name: smoke there, quick asked" in stderr, stderr
+    code, _, stderr = cli("reproduce", "--preset", "smoke", "--out", str(out), "--dtype", "float32", *THEORY_ONLY)
+    assert code == 0, stderr  # an unset dtype is filled in...
+    code, _, stderr = cli("reproduce", "--preset", "smoke", "--out", str(out), "--dtype", "bfloat16", *THEORY_ONLY)
+    assert code == 2 and "of other settings (dtype: float32 there, bfloat16 asked)" in stderr, stderr  # ...never changed

@@ -141,3 +141,18 @@ def test_lock_held_by_another_process(tmp_path, held):
                 pass
     with storage.FolderLock(tmp_path / "z"):  # and every lock was released
         pass
+
+
+def test_recorded_settings_are_checked_in_one_message_naming_what_differs(tmp_path):
+    folder = RunFolder(tmp_path / "run", "figure4 sweep")
+    assert folder.recorded("sweep.json", "the spec") is None
+    folder.settle("sweep.json", {"layers": (1, 2), "optim": {"lr": 0.001}}, "the spec", "another specification")
+    folder.settle("sweep.json", {"layers": [1, 2], "optim": {"lr": 0.001}}, "the spec", "another specification")  # the same: resumed
+    assert folder.recorded("sweep.json", "the spec") == {"layers": [1, 2], "optim": {"lr": 0.001}}
+    with pytest.raises(UsageError) as e:
+        folder.settle("sweep.json", {"layers": [1, 2], "optim": {"lr": 0.002}, "seeds": [0]}, "the spec", "another specification")
+    assert str(e.value) == (
+        f"{tmp_path / 'run'} holds a figure4 sweep of another specification (optim.lr: 0.001 there, 0.002 asked; "
+        "seeds: (none) there, [0] asked); resume it with the same settings, or choose another --out"
+    )
+    assert json.loads((tmp_path / "run" / "sweep.json").read_text())["optim"]["lr"] == 0.001  # a refusal writes nothing

@@ -40,9 +40,8 @@ from stackedheads.storage import (
     atomic_write_json,
     atomic_write_text,
     check_seeds,
-    read_state_json,
 )
-from stackedheads.sweep import cross_threshold
+from stackedheads.sweep import cross_threshold, crossing_steps
 from stackedheads.training import (
     TrainConfig,
     check_device,
@@ -139,14 +138,6 @@ def parse_ints(text: str, option: str) -> tuple[int, ...]:
 # --- results ------------------------------------------------------------------------------------
 
 
-def first_step_below(metrics: list[dict], seed: int, column: str, threshold: float) -> int | None:
-    """First evaluated step at which ``column`` is below ``threshold`` for ``seed`` (None: never)."""
-    for r in sorted((r for r in metrics if r["seed"] == seed), key=lambda r: r["step"]):
-        if r[column] < threshold:
-            return r["step"]
-    return None
-
-
 def job_rows(jobs: Sequence[Job], out: Path) -> list[dict]:
     """One row per (D, layers, position j) from the finished run folders."""
     rows = []
@@ -158,6 +149,8 @@ def job_rows(jobs: Sequence[Job], out: Path) -> list[dict]:
         D, thr = cfg.task.depth, cross_threshold(cfg.task.chains)
         causal = theory.min_layers_per_position(D, causal=True)
         no_mask = theory.min_layers_per_position(D, causal=False)
+        columns = [f"val_x{j}" for j in range(1, D + 1)]
+        crossings = {str(s): crossing_steps(metrics, s, columns, thr) for s in cfg.seeds}
         for j in range(1, D + 1):
             col = f"val_x{j}"
             final = {str(s): summary["seeds"][str(s)]["final_partial"][col] for s in cfg.seeds}
@@ -167,7 +160,7 @@ def job_rows(jobs: Sequence[Job], out: Path) -> list[dict]:
                     "depth": D, "layers": cfg.model.n_layers, "position": j, "chains": cfg.task.chains,
                     "threshold": thr, "steps": cfg.steps, "seeds": [str(s) for s in cfg.seeds],
                     "final_partial": final, "learned": learned,
-                    "first_step": {str(s): first_step_below(metrics, s, col, thr) for s in cfg.seeds},
+                    "first_step": {s: crossing[col] for s, crossing in crossings.items()},
                     "fraction_learned": sum(learned.values()) / len(learned),
                     "learned_all": all(learned.values()),
                     "causal_min": causal[j - 1], "no_mask_min": no_mask[j - 1],
@@ -372,11 +365,12 @@ def check_folder(spec: DepthSpec, out: str | Path) -> dict:
 
     The CLI calls it before showing progress, so the refusal is the only line printed.
     """
-    RunFolder(out, KIND).check()  # not a Figure 4 sweep's folder, a training run's, ...
+    folder = RunFolder(out, KIND)
+    folder.check()  # not a Figure 4 sweep's folder, a training run's, ...
     want = json.loads(json.dumps(spec.to_dict()))
-    spec_path = Path(out) / SPEC_FILE
-    if spec_path.exists() and read_state_json(spec_path, "the depth sweep's grid") != want:
-        raise UsageError(f"{out} holds a depth sweep with another grid or preset; choose a new --out")
+    old = folder.recorded(SPEC_FILE, "the depth sweep's grid")
+    if old is not None:
+        folder.require_same(old, want, "another grid or preset")
     return want
 
 
@@ -394,9 +388,9 @@ def run_depth(
     if executor is None or isinstance(executor, LocalExecutor):  # Ray jobs may run where CUDA is
         for device in {j.config.device for j in spec.jobs()}:
             check_device(device)  # before depth.json records the grid
-    with RunFolder(out, KIND).lock("a depth sweep"):
-        want = check_folder(spec, out)
-        atomic_write_json(out / SPEC_FILE, want)
+    folder = RunFolder(out, KIND)
+    with folder.lock("a depth sweep"):
+        folder.settle(SPEC_FILE, spec.to_dict(), "the depth sweep's grid", "another grid or preset")
         jobs = spec.jobs()
         todo = [j for j in jobs if not run_is_complete(run_dir(out, j))]
         finished = [0]

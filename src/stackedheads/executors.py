@@ -33,6 +33,7 @@ from stackedheads.perf import (
     default_threads,
     openmp_env,
 )
+from stackedheads.layout import training_run
 from stackedheads.storage import FolderLock
 from stackedheads.training import TrainConfig, list_checkpoints, train
 
@@ -54,7 +55,7 @@ class Job:
 
 
 def run_dir(out: Path, job: Job) -> Path:
-    return Path(out) / "runs" / job.name
+    return training_run(out, job.name)
 
 
 def run_job(

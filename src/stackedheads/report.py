@@ -29,6 +29,7 @@ from stackedheads.claims import read_jsonl as _jsonl
 from stackedheads.claims import sec4, sec5, sec7, sec8, sec9
 from stackedheads.claims._circuits import budget_text, key_of, mapped_text, path_kind
 from stackedheads.errors import UsageError
+from stackedheads import layout
 from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN, STAGE_NAMES
 from stackedheads.storage import DONE, RunFolder, atomic_write_json, atomic_write_text
 
@@ -182,8 +183,8 @@ def _configs(run: Path) -> list[dict]:
         ("llm: config.json (benchmark invocations)", run / "llm" / "config.json"),
         *((f"llm: {p.parent.name}/config.json (benchmark invocations)", p) for p in sorted((run / "llm").glob("*/config.json"))),
         ("figure4: sweep.json", run / "figure4" / "sweep.json"),
-        ("circuits: transformers A-C config.json", run / "circuits" / "runs" / CIRCUITS_RUN / "config.json"),
-        ("emergence: transformer D config.json", run / "emergence" / "runs" / EMERGENCE_RUN / "config.json"),
+        ("circuits: transformers A-C config.json", layout.training_run(run / "circuits", CIRCUITS_RUN) / "config.json"),
+        ("emergence: transformer D config.json", layout.training_run(run / "emergence", EMERGENCE_RUN) / "config.json"),
     ]
     return [{"name": name, "text": p.read_text()} for name, p in files if p.exists()]
 
@@ -213,21 +214,21 @@ def write_report(run_dir: str | Path, reference_root: Path | None = None) -> Pat
         "figure2": figs.add(run / "llm" / "figure2.png", "Figure 2: left, accuracy per formulation, one bar per model (Wilson 95%; dashed: chance); right, equations accuracy vs D"),
         "figure2_depth": figs.add(run / "llm" / "figure2_depth.png", "Accuracy vs D for every formulation with a depth: where each model's ability ends (Wilson 95%; dashed: chance)"),
         "figure4": figs.add(run / "figure4" / "figure4.png", "Figure 4: final loss vs layers (IC and non-IC) and partial losses per chain position"),
-        "circuits": figs.glob(circ / "discovered", "seed*/circuit.png", lambda p: f"Seed {_seed_of(p)}: the discovered circuit (useful paths)"),
-        "maps": figs.glob(circ / "maps", "seed*/grid.png", lambda p: f"Seed {_seed_of(p)}: attention per layer on single sequences")
-        + figs.glob(circ / "maps", "seed*/mean.png", lambda p: f"Seed {_seed_of(p)}: mean attention by token role"),
-        "figure6": figs.glob(emer / "timeline", "seed*/losses.png", lambda p: f"Seed {_seed_of(p)}: train/validation loss and partial losses; dashed: a path emerges"),
-        "figure7": figs.glob(emer / "discovered", "seed*/circuit.png", lambda p: f"Seed {_seed_of(p)}: the circuit of transformer D")
-        + figs.glob(emer / "timeline", "seed*/emergence_summary.png", lambda p: f"Seed {_seed_of(p)}: first step with mean attention above 0.5"),
-        "appendix_d": figs.glob(emer / "timeline", "seed*/path*.png", lambda p: f"Seed {_seed_of(p)}: {p.stem.split('_', 1)[1]}"),
+        "circuits": figs.glob(layout.discovered(circ), "seed*/circuit.png", lambda p: f"Seed {_seed_of(p)}: the discovered circuit (useful paths)"),
+        "maps": figs.glob(layout.maps(circ), "seed*/grid.png", lambda p: f"Seed {_seed_of(p)}: attention per layer on single sequences")
+        + figs.glob(layout.maps(circ), "seed*/mean.png", lambda p: f"Seed {_seed_of(p)}: mean attention by token role"),
+        "figure6": figs.glob(layout.timeline(emer), "seed*/losses.png", lambda p: f"Seed {_seed_of(p)}: train/validation loss and partial losses; dashed: a path emerges"),
+        "figure7": figs.glob(layout.discovered(emer), "seed*/circuit.png", lambda p: f"Seed {_seed_of(p)}: the circuit of transformer D")
+        + figs.glob(layout.timeline(emer), "seed*/emergence_summary.png", lambda p: f"Seed {_seed_of(p)}: first step with mean attention above 0.5"),
+        "appendix_d": figs.glob(layout.timeline(emer), "seed*/path*.png", lambda p: f"Seed {_seed_of(p)}: {p.stem.split('_', 1)[1]}"),
     }
     claims = claims_mod.collect(run)
     counts = Counter({v: 0 for v in claims_mod.VERDICTS})
     counts.update(c.verdict for c in claims)
     shaped = claims_mod.from_files  # a file of the wrong shape: one line naming its stage
-    circuit_tables = shaped(circ, lambda: _circuit_tables(circ / "discovered"))
-    emergence_tables = shaped(emer, lambda: _circuit_tables(emer / "discovered"))
-    timelines = shaped(emer, lambda: _timeline_tables(emer / "timeline"))
+    circuit_tables = shaped(circ, lambda: _circuit_tables(layout.discovered(circ)))
+    emergence_tables = shaped(emer, lambda: _circuit_tables(layout.discovered(emer)))
+    timelines = shaped(emer, lambda: _timeline_tables(layout.timeline(emer)))
     stages, total = _stages(run)
     refs = references.load_all(reference_root)
     ref_figs = _Figures(reference_root, report) if refs else None

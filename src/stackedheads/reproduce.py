@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from stackedheads import theory
+from stackedheads import layout, theory
 from stackedheads.errors import UsageError, public_url
 from stackedheads.executors import Executor, Job, LocalExecutor, run_dir
 from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN
@@ -259,8 +259,8 @@ def stage_circuits(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
     ctx.executor_for("circuits").run([job], out)
     run = run_dir(out, job)
     for seed in cfg.seeds:  # Appendix C: one set of maps per transformer
-        attention_maps(run, out / "maps" / f"seed{seed}", seqs=preset.maps_seqs, seed=seed)
-    discovered = _discover(preset, run, out / "discovered")
+        attention_maps(run, layout.maps(out) / f"seed{seed}", seqs=preset.maps_seqs, seed=seed)
+    discovered = _discover(preset, run, layout.discovered(out))
     return {"run": str(run.relative_to(out)), "train": read_state_json(run / "summary.json", "training summary"), "circuits": discovered}
 
 
@@ -271,8 +271,8 @@ def stage_emergence(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
     job = Job(EMERGENCE_RUN, "ic", cfg)
     ctx.executor_for("emergence").run([job], out)
     run = run_dir(out, job)
-    discovered = _discover(preset, run, out / "discovered")
-    summary = emergence_run(run, out / "timeline", out / "discovered", n_seqs=preset.emergence_seqs)
+    discovered = _discover(preset, run, layout.discovered(out))
+    summary = emergence_run(run, layout.timeline(out), layout.discovered(out), n_seqs=preset.emergence_seqs)
     return {
         "run": str(run.relative_to(out)),
         "train": read_state_json(run / "summary.json", "training summary"),
@@ -347,11 +347,13 @@ def reproduce(
         if not torch.cuda.is_available():
             raise UsageError("--device cuda was asked for but no CUDA device is available")
     out = Path(out_dir)
-    with RunFolder(out, "reproduce run").lock("reproduce"):  # a second process on the folder gets one line
-        return _reproduce_locked(preset, out, ctx, choice, device, dtype, skip, progress)
+    folder = RunFolder(out, "reproduce run")
+    with folder.lock("reproduce"):  # a second process on the folder gets one line
+        return _reproduce_locked(preset, folder, ctx, choice, device, dtype, skip, progress)
 
 
-def _reproduce_locked(preset, out: Path, ctx: Context, choice, device, dtype, skip, progress) -> dict:
+def _reproduce_locked(preset, folder: RunFolder, ctx: Context, choice, device, dtype, skip, progress) -> dict:
+    out = folder.path
     config = {
         "preset": json.loads(json.dumps(asdict(preset))),
         "llm": choice.public() if choice else None,
@@ -359,20 +361,17 @@ def _reproduce_locked(preset, out: Path, ctx: Context, choice, device, dtype, sk
         "dtype": dtype,
     }
     config_path = out / "config.json"
-    if config_path.exists():
-        old = read_state_json(config_path, "the run's configuration")
+    old = folder.recorded("config.json", "the run's configuration")
+    if old is not None:
         shapes = {"preset": (dict,), "llm": (dict, type(None)), "device": (str, type(None)), "dtype": (str, type(None))}
         wrong = [k for k, types in shapes.items() if not isinstance(old.get(k), types)]
         if wrong:
             raise UsageError(f"{config_path} has the wrong shape ({', '.join(wrong)}): delete it and run again (finished stages are kept)")
-        if old["preset"] != config["preset"]:
-            name = old["preset"].get("name")
-            same = " (of other settings)" if name == preset.name else f" ({str(name)[:40]!r})"
-            raise UsageError(f"{out} holds a run of another preset{same}; choose a new --out")
+        folder.require_same(old["preset"], config["preset"], "another preset")
         for key in ("llm", "device", "dtype"):
             # A skipped or earlier-finished stage may leave a value unset: fill it, never change it.
-            if old.get(key) is not None and config[key] is not None and old[key] != config[key]:
-                raise UsageError(f"{out} was run with {key} {old[key]}; resume with the same, or choose a new --out")
+            if old.get(key) is not None and config[key] is not None:
+                folder.require_same({key: old[key]}, {key: config[key]}, "other settings")
             config[key] = old.get(key) if config[key] is None else config[key]
     _write_json(config_path, config)
 

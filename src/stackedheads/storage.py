@@ -13,7 +13,9 @@
   becomes part of a path, so no file can steer a write outside ``--out``.
 * :class:`RunFolder`: an output folder of one kind (a training run, a Figure 4 sweep, ...): a
   folder that holds another kind is refused before anything is written there, and its done
-  marker is trusted only while every file it vouches for is there and parses.
+  marker is trusted only while every file it vouches for is there and parses; the settings
+  its run recorded (config.json, sweep.json, ...) are checked against those asked for, in
+  one message for every kind.
 """
 
 from __future__ import annotations
@@ -195,6 +197,20 @@ def folder_kinds(folder: str | Path) -> set[str]:
     return found
 
 
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict) and value:
+        return {k: v for key, item in value.items() for k, v in _flat(item, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: value}
+
+
+def _differences(old: dict, new: dict, shown: int = 3) -> str:
+    """``key: old there, new asked`` for the first few settings that differ (nested keys dotted)."""
+    a, b = _flat(old), _flat(new)
+    keys = [k for k in dict.fromkeys([*a, *b]) if a.get(k, "(none)") != b.get(k, "(none)")]
+    text = "; ".join(f"{k}: {str(a.get(k, '(none)'))[:40]} there, {str(b.get(k, '(none)'))[:40]} asked" for k in keys[:shown])
+    return text + (f"; {len(keys) - shown} more" if len(keys) > shown else "")
+
+
 def _parses(path: Path) -> bool:
     """``path`` exists and, for JSON and JSON lines, parses."""
     if not path.is_file():
@@ -243,6 +259,29 @@ class RunFolder:
     def lock(self, what: str) -> FolderLock:
         self.check()
         return FolderLock(self.path, what)
+
+    def recorded(self, name: str, what: str) -> dict | None:
+        """The settings the folder's run recorded in ``name`` (config.json, sweep.json, ...);
+        None in a new folder."""
+        path = self.path / name
+        return read_state_json(path, what) if path.exists() else None
+
+    def require_same(self, old: dict, new: dict, other: str) -> None:
+        """Refuse, naming what differs, a folder whose run was recorded with ``old`` settings
+        when ``new`` are asked for (``other``: "another configuration", "another grid", ...)."""
+        old, new = json.loads(json.dumps(old)), json.loads(json.dumps(new))
+        if old != new:
+            raise UsageError(
+                f"{self.path} holds a {self.kind or 'run'} of {other} ({_differences(old, new)}); "
+                "resume it with the same settings, or choose another --out"
+            )
+
+    def settle(self, name: str, settings: dict, what: str, other: str) -> None:
+        """Record ``settings`` in ``name`` in a new folder; in one that has them, check they are the same."""
+        old = self.recorded(name, what)
+        if old is not None:
+            self.require_same(old, settings, other)
+        atomic_write_json(self.path / name, settings)
 
     def mark_done(self, summary: dict) -> None:
         files = []

@@ -13,17 +13,15 @@ judged from these files by :mod:`stackedheads.claims.sec7`; this module measures
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from stackedheads.errors import UsageError
 from stackedheads.executors import Executor, Job, LocalExecutor, run_dir
-from stackedheads.plots import save_figure
+from stackedheads.plots import pyplot, save_figure
 from stackedheads.storage import (
     RunFolder,
-    atomic_write_json,
     atomic_write_text,
     read_state_json,
 )
@@ -167,12 +165,9 @@ def _mean(xs: list[float]) -> float:
 
 def plot_figure4(rows: list[dict], out: Path) -> list[str]:
     """Figure 4: left, final val loss vs layers (IC vs non-IC); right, IC partial losses."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     for form, color in (("ic", "C0"), ("non-ic", "C3")):
         sub = [r for r in rows if r["formulation"] == form]
@@ -214,15 +209,13 @@ def run_figure4(spec: Figure4Spec, out: str | Path, executor: Executor | None = 
     if executor is None or isinstance(executor, LocalExecutor):  # Ray jobs may run where CUDA is
         for device in {j.config.device for j in spec.jobs()}:
             check_device(device)  # before sweep.json records the spec
-    with RunFolder(out, KIND).lock("figure4 sweep"):  # another kind of folder, or a second process: one line
+    folder = RunFolder(out, KIND)
+    with folder.lock("figure4 sweep"):  # another kind of folder, or a second process: one line
+        folder.settle(SPEC_FILE, spec.to_dict(), "the sweep's specification", "another specification")
         return _run_figure4_locked(spec, out, executor, on_done)
 
 
 def _run_figure4_locked(spec: Figure4Spec, out: Path, executor: Executor | None, on_done) -> list[dict]:
-    spec_path = out / SPEC_FILE
-    if spec_path.exists() and read_state_json(spec_path, "the sweep's specification") != json.loads(json.dumps(spec.to_dict())):
-        raise UsageError(f"{out} holds a sweep with another specification; choose a new --out")
-    atomic_write_json(spec_path, spec.to_dict())
     jobs = spec.jobs()
     todo = [j for j in jobs if not run_is_complete(run_dir(out, j))]
     finished = [0]

@@ -21,7 +21,7 @@ import torch
 from stackedheads.errors import UsageError
 from stackedheads.model import EnsembleTransformer, clip_grad_norm_per_member_
 from stackedheads.perf import keep_freed_memory
-from stackedheads.storage import FolderLock, atomic_write_json, read_state_json
+from stackedheads.storage import RunFolder, atomic_write_json
 from stackedheads.tasks.vectors import Batch
 from stackedheads.training.checkpoints import (
     CheckpointWriter,
@@ -75,6 +75,10 @@ def matmul_mode(dev: torch.device, dtype: str):
             f.allow_tf32 = b
 
 
+KIND = "training run"  # what storage.folder_kinds calls a folder whose config.json has a task
+CONFIG_FILE = "config.json"
+
+
 def _check_finite(per_member: torch.Tensor, cfg: TrainConfig, step: int) -> None:
     bad = ~torch.isfinite(per_member.detach())
     if bool(bad.any()):
@@ -101,26 +105,26 @@ def train(
     """
     check_device(cfg.device)
     dev = torch.device(cfg.device)
-    run_dir = Path(run_dir)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise UsageError(f"{run_dir} exists and is not a folder; choose another --out")
-    with FolderLock(run_dir, "a training run"):
-        return _train_locked(cfg, run_dir, dev, progress, stop_after)
+    folder = RunFolder(run_dir, KIND)
+    with folder.lock("a training run"):
+        return _train_locked(cfg, folder, dev, progress, stop_after)
 
 
-def _train_locked(cfg: TrainConfig, run_dir: Path, dev: torch.device, progress, stop_after) -> dict:
+def _train_locked(cfg: TrainConfig, folder: RunFolder, dev: torch.device, progress, stop_after) -> dict:
     keep_freed_memory()  # no page faults on the step's activations (stackedheads.perf)
-    cfg_path = run_dir / "config.json"
-    if cfg_path.exists():
-        old = TrainConfig.from_dict(read_state_json(cfg_path, "a training run's config"))
+    run_dir = folder.path
+    recorded = folder.recorded(CONFIG_FILE, "a training run's config")
+    if recorded is not None:
+        # Read as a TrainConfig, not compared as JSON: config.json files of older versions
+        # (flat, without the recipe's fields) describe the same runs.
+        old = TrainConfig.from_dict(recorded)
         cfg = cfg.resolved(old)
-        if old != cfg:
-            raise UsageError(f"{run_dir} holds a run with another configuration; choose a new --out")
+        folder.require_same(old.to_dict(), cfg.to_dict(), "another configuration")
         if run_is_complete(run_dir):
             return read_summary(run_dir, cfg)
     else:
         cfg = cfg.resolved()
-        atomic_write_json(cfg_path, cfg.to_dict())
+        atomic_write_json(run_dir / CONFIG_FILE, cfg.to_dict())
     with torch_threads(cfg.threads), matmul_mode(dev, cfg.dtype):
         return _train_steps(cfg, run_dir, dev, progress, stop_after)
 
