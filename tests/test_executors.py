@@ -1,6 +1,7 @@
 """The local executor's worker processes and the thread policy (issue 17): results do not
 depend on how many processes trained them (thread counts: tests/test_precision.py)."""
 
+import json
 import os
 import subprocess
 import textwrap
@@ -110,3 +111,27 @@ def test_sweep_job_in_a_locked_run_folder_logs_no_attempt(tmp_path, held):
     with pytest.raises(UsageError, match="in use by pid"):
         run_job(job, tmp_path)
     assert not (run_dir(tmp_path, job) / "attempts.jsonl").exists()
+
+
+def test_library_calls_leave_the_callers_process_as_they_found_it(tmp_path, monkeypatch):
+    """run_job and train set no process-wide state: the job trains at its own thread count and
+    the caller's comes back; the allocator is the CLI's and the workers' (perf.configure_process)."""
+    from stackedheads.executors import Job, run_job
+
+    monkeypatch.setattr(perf, "keep_freed_memory", lambda: pytest.fail("a library call changed the allocator"))
+    before = torch.get_num_threads()
+    other = 2 if before == 1 else 1
+    job = Job("ic-D2-L1", "ic", presets.get("smoke").override(steps=20, ckpt_every=10))
+    run_job(job, tmp_path, threads=other)
+    assert torch.get_num_threads() == before
+    assert json.loads((tmp_path / "runs" / job.name / "config.json").read_text())["threads"] == other
+
+
+def test_configure_process_sets_the_allocator_and_the_threads(monkeypatch):
+    calls = []
+    monkeypatch.setattr(perf, "keep_freed_memory", lambda: calls.append("malloc") or True)
+    before = torch.get_num_threads()
+    try:
+        assert perf.configure_process(1) == 1 and torch.get_num_threads() == 1 and calls == ["malloc"]
+    finally:
+        torch.set_num_threads(before)

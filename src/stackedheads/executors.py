@@ -25,15 +25,16 @@ from pathlib import Path
 from typing import Protocol
 
 from stackedheads.errors import UsageError
+from stackedheads.layout import training_run
 from stackedheads.model import flops_per_step
 from stackedheads.perf import (
-    apply_threads,
     available_cores,
     check_threads,
     default_threads,
     openmp_env,
+    thread_count,
+    torch_threads,
 )
-from stackedheads.layout import training_run
 from stackedheads.storage import FolderLock
 from stackedheads.training import TrainConfig, list_checkpoints, train
 
@@ -63,9 +64,9 @@ def run_job(
 ) -> dict:
     """Train (or resume, or skip) one job into ``out/runs/<name>``; returns its summary.
 
-    ``threads``: torch's intra-op threads for this process (default: :func:`perf.apply_threads`).
+    ``threads``: torch's intra-op threads for the job (default: :func:`perf.thread_count`); the
+    caller's count is restored after.
     """
-    apply_threads(threads, job.config.device)
     folder = run_dir(Path(out), job)
     # Locked before the attempt is logged, so a refused second process logs nothing
     # (train() takes the same lock again, which a re-entrant lock allows).
@@ -74,7 +75,8 @@ def run_job(
         attempt = {"pid": os.getpid(), "host": socket.gethostname(), "start": time.time(), "resumed_from": ckpts[-1][0] if ckpts else 0}
         with open(folder / "attempts.jsonl", "a") as f:
             f.write(json.dumps(attempt) + "\n")
-        return train(job.config, folder, progress=progress)
+        with torch_threads(thread_count(threads, job.config.device)):  # a new run records it; a resumed one keeps its own
+            return train(job.config, folder, progress=progress)
 
 
 class Executor(Protocol):

@@ -1,5 +1,8 @@
 """Process-level settings that make CPU training fast: the allocator, the thread count and
-the OpenMP spin policy.
+the OpenMP spin policy. They are the process's, so only the process's owner sets them: the CLI
+and the worker processes call :func:`configure_process` (and :func:`set_openmp_policy` before
+torch loads); library calls (``train``, ``run_job``) leave the caller's process as they found it
+(:func:`torch_threads` scopes a thread count to a block).
 
 Training allocates the same large activation tensors at every step. glibc serves blocks above
 its mmap threshold (at most 32 MiB) with fresh ``mmap`` calls and gives them back on free, so
@@ -16,6 +19,8 @@ import ctypes.util
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from stackedheads.errors import UsageError
@@ -142,10 +147,9 @@ def check_threads(threads: int | None) -> None:
         raise UsageError(f"--threads must be between 1 and {most} ({MAX_THREADS_PER_CORE} per core of this machine), got {threads}")
 
 
-def apply_threads(threads: int | None, device: str = "cpu") -> int:
-    """Set torch's intra-op thread count: ``threads`` if given, else what ``OMP_NUM_THREADS``
-    says (the user's override), else :func:`default_threads`. A run started under it records it
-    (:meth:`TrainConfig.resolved`). Returns the count in effect."""
+def thread_count(threads: int | None, device: str = "cpu") -> int:
+    """torch's intra-op thread count for training: ``threads`` if given, else what
+    ``OMP_NUM_THREADS`` says (the user's override, torch's count now), else :func:`default_threads`."""
     import torch
 
     if threads is None and os.environ.get("OMP_NUM_THREADS"):
@@ -153,5 +157,39 @@ def apply_threads(threads: int | None, device: str = "cpu") -> int:
     n = threads if threads is not None else default_threads(device)
     if n < 1:
         raise ValueError(f"threads must be >= 1, got {n}")
-    torch.set_num_threads(n)
     return n
+
+
+def apply_threads(threads: int | None, device: str = "cpu") -> int:
+    """Set torch's intra-op thread count to :func:`thread_count`; a run started under it records
+    it (:meth:`TrainConfig.resolved`). Returns the count in effect."""
+    import torch
+
+    n = thread_count(threads, device)
+    if n != torch.get_num_threads():
+        torch.set_num_threads(n)
+    return n
+
+
+@contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """torch's intra-op thread count set to ``n`` (None: as it is) inside the block, the caller's
+    restored after."""
+    import torch
+
+    before = torch.get_num_threads()
+    if n is not None and n != before:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
+def configure_process(threads: int | None, device: str = "cpu") -> int:
+    """The settings of a process that trains, in one place: the allocator
+    (:func:`keep_freed_memory`: no page faults on a step's activations) and torch's thread count
+    (:func:`apply_threads`). The CLI and the worker processes call it; returns the thread count."""
+    keep_freed_memory()
+    return apply_threads(threads, device)

@@ -13,6 +13,7 @@ def main() -> None:
 
     try:
         from stackedheads.executors import Job, run_job
+        from stackedheads.perf import configure_process
 
         spec = json.loads(sys.stdin.read())
         job = Job.from_dict(spec["job"])
@@ -23,6 +24,7 @@ def main() -> None:
                 last[0] = done
                 print(done, total, flush=True)
 
+        configure_process(spec["threads"], job.config.device)  # this process is the job's
         run_job(job, spec["out"], progress, spec["threads"])
     except UsageError as e:
         print(e, file=sys.stderr)

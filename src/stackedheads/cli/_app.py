@@ -54,10 +54,10 @@ WORKERS_HELP = "Local jobs trained at once, each in its own process (default: on
 
 
 def apply_threads(threads: int | None, device: str) -> None:
-    from stackedheads.perf import apply_threads, check_threads
+    from stackedheads.perf import check_threads, configure_process
 
     check_threads(threads)
-    apply_threads(threads, device)
+    configure_process(threads, device)
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:

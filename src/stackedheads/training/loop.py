@@ -20,7 +20,7 @@ import torch
 
 from stackedheads.errors import UsageError
 from stackedheads.model import EnsembleTransformer, clip_grad_norm_per_member_
-from stackedheads.perf import keep_freed_memory
+from stackedheads.perf import torch_threads
 from stackedheads.storage import RunFolder, atomic_write_json
 from stackedheads.tasks.vectors import Batch
 from stackedheads.training.checkpoints import (
@@ -42,20 +42,6 @@ from stackedheads.training.metrics import (
     truncate_metrics,
 )
 from stackedheads.training.optim import make_optimizer
-
-
-@contextmanager
-def torch_threads(n: int | None):
-    """torch's intra-op thread count set to ``n`` (None: as it is) inside the block, the caller's
-    restored after."""
-    before = torch.get_num_threads()
-    if n is not None and n != before:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        if torch.get_num_threads() != before:
-            torch.set_num_threads(before)
 
 
 @contextmanager
@@ -111,7 +97,6 @@ def train(
 
 
 def _train_locked(cfg: TrainConfig, folder: RunFolder, dev: torch.device, progress, stop_after) -> dict:
-    keep_freed_memory()  # no page faults on the step's activations (stackedheads.perf)
     run_dir = folder.path
     recorded = folder.recorded(CONFIG_FILE, "a training run's config")
     if recorded is not None:
