@@ -97,7 +97,7 @@ def test_other_chains_rule_reads_the_same_step_of_the_other_chains():
     moved = tt != cc
     # Where a token reads something other than itself, it is another chain's token of its own
     # step and role, spread evenly over those that come before it.
-    for x in (m.step, m.role):
+    for x in (m.chain_pos, m.role):
         assert torch.equal(x[bb, tt][moved], x[bb, cc][moved])
     assert torch.all(m.chain[bb, tt][moved] != m.chain[bb, cc][moved])
     assert torch.all(pat[1, -1][pat[1, -1] > 0] == 0.5)  # the last query sees the other two queries
@@ -211,7 +211,7 @@ def test_the_diagnosis_names_where_the_attention_goes():
 # position 5, the second token of block 1's first pair: s_2 of the query's own chain in half the
 # sequences, of the other chain in the rest. s+2 catches half of that attention, p5 all of it.
 POSITIONAL = Circuit(2, [HeadSpec(0, 0, {"first": U, "second": "s+2", "query": U}),
-                         HeadSpec(1, 0, {"first": U, "second": U, "query": "p5"}), HeadSpec(2, 0, U)])
+                         HeadSpec(1, 0, {"first": U, "second": U, "query": "p5"}), HeadSpec.whole(2, 0, U)])
 
 
 class ForcedPositional(Forced):

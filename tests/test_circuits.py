@@ -6,7 +6,11 @@ from conftest import is_figure
 
 from stackedheads.circuits import rules
 from stackedheads.circuits.ablate import (
+    COMBINED,
+    COMBINED_KEPT,
+    Ablation,
     Circuit,
+    DiscoveryRecord,
     HeadSpec,
     ablated_loss,
     loss_table,
@@ -48,7 +52,7 @@ def test_hop_rules_follow_the_chain():
     assert torch.equal(rules.hop(-1)(m)[second], rules.previous(m)[second])
     # The query's s+1 is the first occurrence of x_0: the induction head's target.
     q = m.role == rules.ROLES["query"]
-    assert torch.all(m.step.gather(1, rules.hop(1)(m))[q] == 0)
+    assert torch.all(m.chain_pos.gather(1, rules.hop(1)(m))[q] == 0)
     assert torch.all(cp[torch.arange(8)[:, None], m.chain, idx] == pos)
 
 
@@ -81,7 +85,7 @@ KNOWN = Circuit(
     heads=[
         HeadSpec(0, 0, {"first": U, "second": "s+2", "query": U}),
         HeadSpec(1, 0, {"first": U, "second": U, "query": "s+2"}),
-        HeadSpec(2, 0, U),
+        HeadSpec.whole(2, 0, U),
     ],
 )
 
@@ -139,7 +143,7 @@ def test_forced_model_solves_the_task(forced_model):
     loss, _ = ablated_loss(model, val, task)
     assert loss < 0.05, loss
     # Breaking the circuit breaks the model: the induction path is necessary.
-    broken = Circuit(2, [HeadSpec(0, 0, KEPT), HeadSpec(1, 0, U), HeadSpec(2, 0, KEPT)])
+    broken = Circuit(2, [HeadSpec.whole(0, 0, KEPT), HeadSpec.whole(1, 0, U), HeadSpec.whole(2, 0, KEPT)])
     assert ablated_loss(model, val, task, replaced_patterns(broken, val.meta))[0] > 0.3
 
 
@@ -149,16 +153,17 @@ def test_discovery_recovers_the_known_circuit(forced_model, tmp_path):
     found = discover(model, val, task, DiscoverConfig(tolerance=0.02))
     assert sorted(found.circuit.paths()) == [(0, 0, 2, 4), (1, 0, 0, 2)]
     assert found.unexplained == []
-    assert found.circuit.head(2, 0).kind in (U, rules.IDENTITY)
+    assert found.circuit.head(2, 0).shared in (U, rules.IDENTITY)
     summary = found.summary()
     # Forced attention needs no shared information to find its target (it is exempt from
     # Assumption 1), so it can beat the theory's minimum of 3 heads for D = 2.
     assert summary["n_useful_heads"] == 2 and summary["theory_min_heads"] == 3
     rows = {r.ablation: r for r in found.table}
     # Validated on held-out sequences, every position within its budget (not only the mean).
-    assert all(p <= b for p, b in zip(rows["combined"].partial, found.budgets))
+    assert all(p <= b for p, b in zip(rows[COMBINED].partial, found.budgets))
     assert summary["over_budget"] == [] and summary["redundant_groups"] == []
-    assert all(r.loss > found.threshold for name, r in rows.items() if name.startswith("-"))
+    assert all(r.loss > found.threshold for a, r in rows.items() if a.kind == "paths")
+    assert [str(a) for a in rows] == ["none", "combined", "-L0.0 s2->s4", "-L1.0 s0->s2"]  # losses.json's text
     assert summary["serves"] == {"L0.0 s2->s4": [2], "L1.0 s0->s2": [1, 2]}
     # The circuit is data: it survives a JSON round trip and validates the same way.
     found.circuit.save(tmp_path / "circuit.json")
@@ -187,12 +192,12 @@ def test_bad_circuit_files(tmp_path):
 def test_kept_rows_keep_the_heads_own_attention(forced_model):
     model, task, val = forced_model
     natural, _ = ablated_loss(model, val, task)
-    all_kept = Circuit(2, [HeadSpec(l, 0, KEPT) for l in range(3)])
+    all_kept = Circuit(2, [HeadSpec.whole(l, 0, KEPT) for l in range(3)])
     assert ablated_loss(model, val, task, replaced_patterns(all_kept, val.meta))[0] == natural
     per_role_kept = Circuit(2, [HeadSpec(l, 0, {r: KEPT for r in rules.ROLES}) for l in range(3)])
     assert ablated_loss(model, val, task, replaced_patterns(per_role_kept, val.meta))[0] == natural
     # Replacing only the query rows of layer 1 with uniform attention breaks the model.
-    q_only = Circuit(2, [HeadSpec(0, 0, KEPT), HeadSpec(1, 0, {"first": KEPT, "second": KEPT, "query": U}), HeadSpec(2, 0, KEPT)])
+    q_only = Circuit(2, [HeadSpec.whole(0, 0, KEPT), HeadSpec(1, 0, {"first": KEPT, "second": KEPT, "query": U}), HeadSpec.whole(2, 0, KEPT)])
     assert ablated_loss(model, val, task, replaced_patterns(q_only, val.meta))[0] > natural + 0.2
 
 
@@ -201,12 +206,13 @@ def test_combined_ablation_makes_unexplained_rows_uniform(forced_model):
     model, task, val = forced_model
     natural, _ = ablated_loss(model, val, task)
     kept_query = Circuit(2, [HeadSpec(0, 0, {"first": U, "second": "s+2", "query": U}),
-                             HeadSpec(1, 0, {"first": U, "second": U, "query": KEPT}), HeadSpec(2, 0, U)])
+                             HeadSpec(1, 0, {"first": U, "second": U, "query": KEPT}), HeadSpec.whole(2, 0, U)])
     lenient = ablated_loss(model, val, task, replaced_patterns(kept_query, val.meta))[0]
     strict = ablated_loss(model, val, task, replaced_patterns(kept_query, val.meta, strict=True))[0]
     assert lenient < natural + 0.02 and strict > natural + 0.2
     rows = {r.ablation: r.loss for r in loss_table(model, val, task, kept_query)}
-    assert rows["combined"] == strict and rows["combined, unexplained rows kept"] == lenient
+    assert rows[COMBINED] == strict and rows[COMBINED_KEPT] == lenient
+    assert str(COMBINED_KEPT) == "combined, unexplained rows kept"
 
 
 # Two heads do the same job: layers 0 and 1 both let x_1's second token read x_2's (s_2 -> s_4),
@@ -237,11 +243,12 @@ def test_discovery_reports_both_redundant_paths(redundant_model):
     found = discover(model, val, task, DiscoverConfig(tolerance=0.05))
     pair = ["L0.0 s2->s4", "L1.0 s2->s4"]
     assert sorted(found.circuit.paths()) == [(0, 0, 2, 4), (1, 0, 2, 4), (2, 0, 0, 2)]
-    assert found.circuit.info["redundant_groups"] == [pair]
+    assert [[p.key for p in g] for g in found.circuit.info.redundant_groups] == [pair]
     rows = {r.ablation: r for r in found.table}
     # Alone, each is dispensable; together they carry x_2.
-    assert all(max(rows["-" + k].partial) <= max(found.budgets) for k in pair)
-    joint = rows["-(" + " + ".join(pair) + ")"]
+    assert all(max(rows[Ablation.removed(p)].partial) <= max(found.budgets) for p in [(0, 0, 2, 4), (1, 0, 2, 4)])
+    joint = rows[Ablation.removed((0, 0, 2, 4), (1, 0, 2, 4))]
+    assert str(joint.ablation) == "-(" + " + ".join(pair) + ")"
     assert joint.partial[1] > found.budgets[1]
     # A group's paths serve what removing the whole group breaks.
     serves = found.summary()["serves"]
@@ -263,12 +270,12 @@ def test_discovery_keeps_a_path_that_breaks_one_position_but_not_the_mean(forced
     model, task, val = forced_model
     found = discover(model, val, task, DiscoverConfig(tolerance=0.6))
     rows = {r.ablation: r for r in found.table}
-    removed = rows["-L0.0 s2->s4"]
+    removed = rows[Ablation.removed((0, 0, 2, 4))]
     assert removed.loss <= sum(found.budgets) / len(found.budgets)  # the mean stays within budget
     assert removed.partial[1] > found.budgets[1] and removed.partial[0] <= found.budgets[0]  # x2 does not
     assert (0, 0, 2, 4) in found.circuit.paths()
     assert found.summary()["serves"]["L0.0 s2->s4"] == [2]
-    assert all(p <= b for p, b in zip(rows["combined"].partial, found.budgets))
+    assert all(p <= b for p, b in zip(rows[COMBINED].partial, found.budgets))
 
 
 def test_a_circuit_the_rules_cannot_explain_is_reported_partial(forced_model, monkeypatch):
@@ -293,7 +300,7 @@ def test_a_circuit_the_rules_cannot_explain_is_reported_partial(forced_model, mo
     assert s["over_budget"] == ["x1", "x2"]
     rows = {r.ablation: r for r in found.table}
     # Left to the heads, the kept rows keep the loss: only the strict combined ablation shows it.
-    assert all(p <= b for p, b in zip(rows["combined, unexplained rows kept"].partial, found.budgets))
+    assert all(p <= b for p, b in zip(rows[COMBINED_KEPT].partial, found.budgets))
     assert s["n_useful_heads"] >= 2  # kept heads count as useful
     train_summary = {"config": {"n_layers": 3, "n_heads": 1, "task": {"chains": 2, "depth": 2}},
                      "seeds": {"0": {"final_val_loss": s["unablated"]["loss"],
@@ -331,7 +338,7 @@ def test_the_diagram_shows_redundant_groups(tmp_path):
     circuit = Circuit(2, [HeadSpec(0, 0, {"first": U, "second": "s+2", "query": U}, [(2, 4)]),
                           HeadSpec(1, 0, {"first": U, "second": "s+2", "query": U}, [(2, 4)]),
                           HeadSpec(2, 0, {"first": U, "second": U, "query": "s+2"}, [(0, 2)])],
-                      info={"redundant_groups": [["L0.0 s2->s4", "L1.0 s2->s4"]]})
+                      info=DiscoveryRecord.from_dict({"redundant_groups": [["L0.0 s2->s4", "L1.0 s2->s4"]]}))
     plot_circuit(circuit, tmp_path / "g")
     svg = (tmp_path / "g" / "circuit.svg").read_text()  # matplotlib names each text in a comment
     assert "<!-- L0.0 g1 -->" in svg and "<!-- L1.0 g1 -->" in svg and "<!-- L2.0 -->" in svg

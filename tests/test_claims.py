@@ -15,6 +15,7 @@ from stackedheads.claims import FAIL, INCONCLUSIVE, NOT_RUN, PASS
 from stackedheads.emergence import position_emergence, position_order
 from stackedheads.claims import sec7, sec8, sec9
 from stackedheads import presets
+from stackedheads.ordering import order_of
 
 # --- Section 7 ------------------------------------------------------------------------------------
 
@@ -126,7 +127,7 @@ def test_a_partial_sweep_cannot_pass():
     ([None, 1, None], "out of order"),
 ])
 def test_order_of(steps, order):
-    assert claims.order_of(steps) == order
+    assert order_of(steps) == order
 
 
 def test_combine():
@@ -262,7 +263,7 @@ def timeline(seen, serves, groups=(), depth=4, drops=(100, 200, 300, 400)):
         "positions": positions, "order": position_order(positions),
         "first_paths": sorted(k for k, v in seen.items() if v is not None and v == first),
         "plateau_steps": min((v for v in emerged.values() if v is not None), default=None),
-        "loss_drops": drops, "loss_drop_order": claims.order_of(list(drops.values())),
+        "loss_drops": drops, "loss_drop_order": order_of(list(drops.values())),
     }
 
 

@@ -44,7 +44,7 @@ class ForcedChainEnd(Forced):
     """Layer 0's second tokens read s_4 by the new rule, the query then reads s_2 (D = 2)."""
 
     circuit = Circuit(2, [HeadSpec(0, 0, {"first": U, "second": "chain-end", "query": U}),
-                          HeadSpec(1, 0, {"first": U, "second": U, "query": "s+2"}), HeadSpec(2, 0, U)])
+                          HeadSpec(1, 0, {"first": U, "second": U, "query": "s+2"}), HeadSpec.whole(2, 0, U)])
 
 
 @pytest.mark.slow

@@ -27,10 +27,11 @@ from pathlib import Path
 
 import torch
 
-from stackedheads.circuits.ablate import Circuit, path_key
-from stackedheads.circuits.rules import dst_label, path_ends
-from stackedheads.claims import order_of
+from stackedheads.circuits.ablate import Circuit, check_shape
+from stackedheads.circuits.paths import CircuitPath, dst_label
+from stackedheads.circuits.rules import path_ends
 from stackedheads.errors import UsageError
+from stackedheads.ordering import order_of
 from stackedheads.plots import save_figure
 from stackedheads.storage import atomic_write_json
 from stackedheads.training import (
@@ -45,7 +46,7 @@ THRESHOLD = 0.5  # Figure 7: the epoch at which the average attention goes above
 
 
 @torch.no_grad()
-def path_attention(model, batch, paths: list[tuple[int, int, int, int]]) -> list[float]:
+def path_attention(model, batch, paths: list[CircuitPath]) -> list[float]:
     """Mean attention of tokens ``s_src`` on ``s_dst`` (same chain, or position 0 for a sink
     path), per path, for one member."""
     names = sorted({f"blocks.{l}.attn.hook_pattern" for l, *_ in paths})
@@ -83,18 +84,21 @@ class Timeline:
     seed: int
     steps: list[int]
     epochs: list[float]  # the paper's epochs of ``steps`` (TrainConfig.epoch)
-    paths: list[tuple[int, int, int, int]]
+    paths: list[CircuitPath]
     attention: list[list[float]]  # [checkpoint][path]
     emerged: dict[str, float | None]  # path key -> interpolated step of the 0.5 crossing
     emerged_seen: dict[str, int | None]  # path key -> first checkpoint at or above 0.5
     serves: dict[str, list[int]]  # path key -> chain positions j
     groups: list[list[str]]  # redundant groups of the circuit (useful only together)
     positions: dict[str, dict]  # "x{j}" -> new paths, step, seen step, epoch, status
-    order: str  # claims.order_of over the positions, or "inconclusive" (a position has no new path)
+    order: str  # ordering.order_of over the positions, or "inconclusive" (a position has no new path)
     first_paths: list[str]  # the paths seen first
     plateau_steps: float | None  # steps before the first path emerges (Sec. 9.2: 450 epochs)
     loss_drops: dict[str, int | None]  # first evaluated step each partial loss is below the C2 threshold
     loss_drop_order: str
+
+    def __post_init__(self) -> None:
+        self.paths = [CircuitPath(*p) for p in self.paths]  # also from JSON's lists
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -134,7 +138,7 @@ def position_emergence(
 
 
 def position_order(positions: dict[str, dict]) -> str:
-    """E3's evidence for one run: ``claims.order_of`` of the positions' seen steps, or
+    """E3's evidence for one run: :func:`~stackedheads.ordering.order_of` of the positions' seen steps, or
     ``inconclusive`` when a position has no path of its own and the rest show no disorder."""
     order = order_of([p["seen"] for p in positions.values() if p["new_paths"]])
     if order != "out of order" and any(not p["new_paths"] for p in positions.values()):
@@ -148,7 +152,7 @@ def timeline(run_dir: str | Path, circuits: dict[int, Circuit], n_seqs: int = 32
     if len(ckpts) < 2:
         raise UsageError(f"{run_dir} has {len(ckpts)} checkpoint(s); emergence needs a run saved with several")
     if n_seqs < 1:  # a negative slice would silently keep most of the batch
-        raise UsageError(f"--seqs must be >= 1, got {n_seqs}")
+        raise UsageError(f"n_seqs must be >= 1, got {n_seqs}")
     cfg = TrainConfig.from_dict(json.loads((Path(run_dir) / "config.json").read_text()))
     batch = validation_batch(cfg)[:n_seqs]
     seeds = [s for s in cfg.seeds if s in circuits]
@@ -165,12 +169,13 @@ def timeline(run_dir: str | Path, circuits: dict[int, Circuit], n_seqs: int = 32
     out = []
     for s in seeds:
         paths = circuits[s].paths()
-        keys = [path_key(p) for p in paths]
+        keys = [p.key for p in paths]
         curves = {k: [a[i] for a in attn[s]] for i, k in enumerate(keys)}
         emerged = {k: first_crossing(steps, curves[k]) for k in keys}
         seen = {k: first_seen(steps, curves[k]) for k in keys}
-        serves = {k: v for k, v in circuits[s].info.get("serves", {}).items() if k in emerged}
-        groups = [g for g in circuits[s].info.get("redundant_groups", []) if all(k in emerged for k in g)]
+        serves = {k: v for k, v in circuits[s].info.serves.items() if k in emerged}
+        groups = [[p.key for p in g] for g in circuits[s].info.redundant_groups]
+        groups = [g for g in groups if all(k in emerged for k in g)]
         positions = position_emergence(emerged, seen, serves, groups, cfg.task.depth)
         for p in positions.values():
             p["epoch"] = None if p["step"] is None else cfg.epoch(p["step"])
@@ -213,7 +218,7 @@ def plot_timeline(t: Timeline, cfg: TrainConfig, metrics: list[dict], out: Path)
 
     for i, p in enumerate(t.paths):
         fig, ax = plt.subplots(figsize=(5, 3))
-        key = path_key(p)
+        key = p.key
         ax.plot(t.steps, [a[i] for a in t.attention], "o-", ms=3, color=colors(i % 10))
         ax.axhline(THRESHOLD, color="grey", ls=":")
         if t.emerged[key] is not None:
@@ -221,12 +226,12 @@ def plot_timeline(t: Timeline, cfg: TrainConfig, metrics: list[dict], out: Path)
         ax.set(xlabel="step", ylabel="mean attention", ylim=(0, 1.02), title=f"seed {t.seed}: {key}")
         sec = ax.secondary_xaxis("top", functions=(lambda s: s * per, lambda e: e / per))
         sec.set_xlabel("epoch (paper's)")
-        save(fig, f"path{i}_L{p[0]}.{p[1]}_s{p[2]}-" + dst_label(p[3]))
+        save(fig, f"path{i}_L{p.layer}.{p.head}_s{p.src}-" + dst_label(p.dst))
 
     # 2.2 in beside the bars: the title, two step axes and their labels (with less, one path's
     # figure was too short for tight_layout, which warned).
     fig, ax = plt.subplots(figsize=(6, 0.45 * len(t.paths) + 2.2))
-    keys = [path_key(p) for p in t.paths]
+    keys = [p.key for p in t.paths]
     vals = [t.emerged[k] if t.emerged[k] is not None else float("nan") for k in keys]
     ax.barh(range(len(keys)), vals, color=[colors(i % 10) for i in range(len(keys))])
     ax.set_yticks(range(len(keys)), keys, fontsize=8)
@@ -282,18 +287,14 @@ def _emergence_locked(run_dir: Path, out: Path, circuits_dir, n_seqs: int, cfg: 
     if circuits_dir is None:
         circuits_dir = out / "circuits"
         discover_run(run_dir, circuits_dir)
-    from types import SimpleNamespace
-
-    from stackedheads.circuits.ablate import check_shape
-
-    shape = SimpleNamespace(config=cfg.model_config())  # check_shape reads n_layers and n_heads
+    model = cfg.model_config()
     circuits = {}
     for seed in cfg.seeds:
         p = Path(circuits_dir) / f"seed{seed}" / "circuit.json"
         if p.exists():
             circuits[seed] = Circuit.load(p)
             try:  # a circuit of another model would index heads or tokens this run lacks
-                check_shape(circuits[seed], shape, cfg.task)
+                check_shape(circuits[seed], model, cfg.task)
             except UsageError as e:
                 raise UsageError(f"{p} does not describe {run_dir}: {e}") from None
     if not circuits:

@@ -27,7 +27,8 @@ from stackedheads import references
 from stackedheads.claims import read_json as _json
 from stackedheads.claims import read_jsonl as _jsonl
 from stackedheads.claims import sec4, sec5, sec7, sec8, sec9
-from stackedheads.claims._circuits import budget_text, key_of, mapped_text, path_kind
+from stackedheads.circuits.paths import CircuitPath, path_kind
+from stackedheads.claims._circuits import budget_text, mapped_text, read_discovery, read_timeline
 from stackedheads.errors import UsageError
 from stackedheads import layout
 from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN, STAGE_NAMES
@@ -138,6 +139,9 @@ def _llm_section(folder: Path) -> dict | None:
     comparison = load_comparison(folder)
     if not comparison or not comparison.get("models"):
         return None
+    # What the section reads of each model; without it the comparison is damaged (one line).
+    claims_mod.expect(comparison, {"models": [{"model": str, "identity": dict, "per_formulation": dict, "per_depth": dict}]},
+                      folder / "comparison.json", folder)
     models = []
     for m in comparison["models"]:
         per_f = m["per_formulation"]
@@ -225,10 +229,9 @@ def write_report(run_dir: str | Path, reference_root: Path | None = None) -> Pat
     claims = claims_mod.collect(run)
     counts = Counter({v: 0 for v in claims_mod.VERDICTS})
     counts.update(c.verdict for c in claims)
-    shaped = claims_mod.from_files  # a file of the wrong shape: one line naming its stage
-    circuit_tables = shaped(circ, lambda: _circuit_tables(layout.discovered(circ)))
-    emergence_tables = shaped(emer, lambda: _circuit_tables(layout.discovered(emer)))
-    timelines = shaped(emer, lambda: _timeline_tables(layout.timeline(emer)))
+    circuit_tables = _circuit_tables(layout.discovered(circ))
+    emergence_tables = _circuit_tables(layout.discovered(emer))
+    timelines = _timeline_tables(layout.timeline(emer))
     stages, total = _stages(run)
     refs = references.load_all(reference_root)
     ref_figs = _Figures(reference_root, report) if refs else None
@@ -239,7 +242,7 @@ def write_report(run_dir: str | Path, reference_root: Path | None = None) -> Pat
             ref["folder"], "**/*.png", lambda p, f=ref["folder"]: " / ".join(p.relative_to(f).with_suffix("").parts).replace("_", " ")
         )
         ref["wall"] = _duration(ref["wall_s"]) if ref.get("wall_s") else "unknown"
-    llm = shaped(run / "llm", lambda: _llm_section(run / "llm"))
+    llm = _llm_section(run / "llm")
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("stackedheads", "templates"),
         autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=False,
@@ -286,15 +289,13 @@ def _circuit_tables(discovered: Path) -> list[dict]:
     the diagnosis of every row no retrieval rule explains (:mod:`stackedheads.circuits.diagnose`)."""
     out = []
     for p in sorted(discovered.glob("seed*/summary.json")):
-        found = _json(p)
-        if not found or "budgets" not in found:
-            continue
+        found = read_discovery(p, discovered.parent)
         out.append({
             "seed": p.parent.name[4:], "rows": found["losses"], "budgets": found["budgets"],
             "budget_text": budget_text(found), "groups": found.get("redundant_groups", []),
             "unexplained": found.get("unexplained_heads", []), "over": found.get("over_budget", []),
             "n_check": found.get("n_check"), "diagnosis": [_diagnosis_row(d) for d in found.get("diagnosis", [])],
-            "shortcuts": [f"{key_of(p)} ({path_kind(p[3])})" for p in found.get("paths", []) if path_kind(p[3]) != "retrieval"]
+            "shortcuts": [f"{CircuitPath(*p).key} ({path_kind(p[3])})" for p in found.get("paths", []) if path_kind(p[3]) != "retrieval"]
             + [mapped_text(found, *row) for row in found.get("mapped_rows", [])],
         })
     return out
@@ -324,9 +325,7 @@ def _timeline_tables(folder: Path) -> list[dict]:
 
     out = []
     for p in sorted(folder.glob("seed*/timeline.json")):
-        t = _json(p)
-        if not t or "positions" not in t:
-            continue
+        t = read_timeline(p, folder.parent)
         per = t["epochs"][-1] / t["steps"][-1] if t["steps"] and t["steps"][-1] else 0.0
         out.append({
             "seed": p.parent.name[4:],

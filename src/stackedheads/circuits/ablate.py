@@ -1,11 +1,13 @@
 """Circuits as data, and the ablations that validate them (Appendix E, steps 3, 5 and 6).
 
-A circuit lists, per layer and head, what replaces the head's attention: a baseline rule
-(``uniform``, ``identity``) or ``kept`` (the head's own attention) for the whole head, or per
-token role (first / second / query) any rule of :data:`.rules.RULES` or ``kept`` (rows no rule
-explains). It also lists the paths each useful head carries: ``(src, dst)`` meaning "tokens
-``s_src`` attend to ``s_dst`` of their own chain". Which names are valid comes from the
-registry, so a rule registered from outside the package is valid here too.
+A circuit lists, per layer, head and token role (first / second / query), what replaces the
+head's attention: any rule of :data:`.rules.RULES`, or ``kept`` (the head's own attention: rows
+no rule explains). A head with no useful computation has one baseline (``uniform``,
+``identity``) for every role; circuit.json files written before every head was ``{role: rule}``
+name it once for the whole head, and still load. It also lists the paths each useful head
+carries: ``(src, dst)`` meaning "tokens ``s_src`` attend to ``s_dst`` of their own chain"
+(:mod:`.paths`). Which names are valid comes from the registry, so a rule registered from
+outside the package is valid here too.
 
 * Combined ablation (step 5): every head replaced at once, rows no rule explains (``kept``)
   included: they are made uniform (``strict``), so the check hides nothing. The validation MSE
@@ -24,20 +26,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import torch
 
+from stackedheads.circuits.paths import SINK, CircuitPath, Link, Row, dst_parts, path_key  # noqa: F401 (path_key: the CLI's)
 from stackedheads.circuits.rules import (
     KEPT,
     ROLES,
-    SINK,
     UNIFORM,
-    Dst,
     baselines,
-    dst_parts,
-    dst_label,
     head_pattern,
     library,
     role_sources,
@@ -45,44 +44,82 @@ from stackedheads.circuits.rules import (
     uniform_causal,
 )
 from stackedheads.errors import UsageError
-from stackedheads.model import EnsembleTransformer
+from stackedheads.model import EnsembleTransformer, ModelConfig
 from stackedheads.tasks.vectors import Batch, Meta, VectorTaskConfig
-
-
-def path_key(path: tuple[int, int, int, Dst]) -> str:
-    """``(layer, head, src, dst)`` as text: ``L3.0 s2->s4`` (``s2->p0`` for the first position,
-    ``s0->p7`` for a fixed one)."""
-    layer, head, src, dst = path
-    return f"L{layer}.{head} s{src}->" + dst_label(dst)
-
-
-def row_key(row: tuple[int, int, str]) -> str:
-    """``(layer, head, role)`` as text: ``L3.0 query``."""
-    return f"L{row[0]}.{row[1]} {row[2]}"
+from stackedheads.training.evaluate import partial_losses
 
 
 @dataclass
 class HeadSpec:
+    """What replaces one head's attention: a rule name (or :data:`KEPT`) per token role. A head
+    with "no useful computation" (App. E) has the same baseline for every role
+    (:meth:`whole`)."""
+
     layer: int
     head: int
-    rules: dict[str, str] | str  # a baseline rule's name, KEPT, or {role: rule name}
-    paths: list[tuple[int, Dst]] = field(default_factory=list)  # useful (src, dst), dst as in the module docstring
+    rules: dict[str, str]  # role -> rule name, or KEPT
+    paths: list[Link] = field(default_factory=list)  # useful (src, dst), dst as in the module docstring
     maps: dict[str, list] = field(default_factory=dict)  # role -> what a measured rule measured (its map)
 
+    @classmethod
+    def whole(cls, layer: int, head: int, name: str) -> HeadSpec:
+        """A head whose every role follows rule ``name`` (a baseline, or :data:`KEPT`)."""
+        return cls(layer, head, dict.fromkeys(ROLES, name))
+
     @property
-    def kind(self) -> str:
-        return self.rules if isinstance(self.rules, str) else "rule"
+    def shared(self) -> str | None:
+        """The rule every role follows, if they all follow one (``uniform``, ``kept``...)."""
+        names = set(self.rules.values())
+        return names.pop() if len(names) == 1 else None
 
     def to_dict(self) -> dict:
-        out = {"layer": self.layer, "head": self.head, "rules": self.rules, "paths": [list(p) for p in self.paths]}
+        out = {"layer": self.layer, "head": self.head, "rules": dict(self.rules), "paths": [list(p) for p in self.paths]}
         return {**out, "maps": self.maps} if self.maps else out
 
     @classmethod
     def from_dict(cls, d: dict) -> HeadSpec:
+        """circuit.json's head; a name for the whole head (files written before every head was
+        ``{role: rule}``) is that rule for every role."""
         rules = d["rules"]
-        if isinstance(rules, dict) and set(rules) != set(ROLES):
+        if isinstance(rules, str):
+            rules = dict.fromkeys(ROLES, rules)
+        elif set(rules) != set(ROLES):
             raise UsageError(f"head {d['layer']}.{d['head']}: rules must name every role {sorted(ROLES)}")
-        return cls(int(d["layer"]), int(d["head"]), rules, [tuple(p) for p in d.get("paths", [])], dict(d.get("maps", {})))
+        return cls(int(d["layer"]), int(d["head"]), dict(rules), [tuple(p) for p in d.get("paths", [])], dict(d.get("maps", {})))
+
+
+@dataclass
+class DiscoveryRecord:
+    """What discovery (:mod:`.discover`) records beside a circuit: circuit.json's ``info``. A
+    hand-written circuit may leave any of it out; keys it does not know are not read."""
+
+    run: str | None = None
+    seed: int | None = None  # which member of the run (validate_run picks it)
+    checkpoint: int | None = None  # the step discovered on
+    config: dict | None = None  # the DiscoverConfig, as JSON
+    threshold: float | None = None  # the absolute threshold, or the mean of the per-position budgets
+    tolerance: float | None = None
+    unablated_loss: float | None = None
+    budgets: list[float] | None = None  # per chain position, on the held-out half
+    n_search: int | None = None
+    n_check: int | None = None
+    redundant_groups: list[list[CircuitPath]] = field(default_factory=list)  # paths useful only together
+    serves: dict[str, list[int]] = field(default_factory=dict)  # path or row key -> chain positions j
+
+    @property
+    def absolute(self) -> bool:
+        """Whether the budgets are App. E's absolute threshold (else relative to the model's loss)."""
+        return (self.config or {}).get("threshold") is not None
+
+    def to_dict(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        return {**out, "redundant_groups": [[p.key for p in g] for g in self.redundant_groups]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> DiscoveryRecord:
+        known = {f.name for f in fields(cls)} - {"redundant_groups"}
+        groups = [[CircuitPath.parse(k) for k in g] for g in d.get("redundant_groups", [])]
+        return cls(**{k: v for k, v in d.items() if k in known}, redundant_groups=groups)
 
 
 @dataclass
@@ -91,7 +128,7 @@ class Circuit:
 
     depth: int
     heads: list[HeadSpec]
-    info: dict = field(default_factory=dict)  # run, seed, checkpoint, threshold, losses...
+    info: DiscoveryRecord = field(default_factory=DiscoveryRecord)
 
     def head(self, layer: int, head: int) -> HeadSpec:
         for h in self.heads:
@@ -102,33 +139,26 @@ class Circuit:
     def useful_heads(self) -> list[HeadSpec]:
         return [h for h in self.heads if h.paths]
 
-    def kept(self) -> list[tuple[int, int, str]]:
-        """``(layer, head, role)`` whose rows keep the head's own attention."""
-        out = []
-        for h in self.heads:
-            if h.kind == KEPT:
-                out += [(h.layer, h.head, r) for r in ROLES]
-            elif h.kind == "rule":
-                out += [(h.layer, h.head, r) for r, name in h.rules.items() if name == KEPT]
-        return out
+    def kept(self) -> list[Row]:
+        """The rows that keep the head's own attention."""
+        return [Row(h.layer, h.head, r) for h in self.heads for r, name in h.rules.items() if name == KEPT]
 
-    def mapped(self) -> list[tuple[int, int, str]]:
-        """``(layer, head, role)`` whose rows follow a measured map (:mod:`.rules.measured`)."""
+    def mapped(self) -> list[Row]:
+        """The rows that follow a measured map (:mod:`.rules.measured`)."""
         lib = library(self.depth)
-        return [(h.layer, h.head, r) for h in self.heads if h.kind == "rule" for r, n in h.rules.items()
-                if n != KEPT and lib[n].measured]
+        return [Row(h.layer, h.head, r) for h in self.heads for r, n in h.rules.items() if n != KEPT and lib[n].measured]
 
-    def paths(self) -> list[tuple[int, int, int, Dst]]:
-        """Every useful path as ``(layer, head, src, dst)``."""
-        return [(h.layer, h.head, s, d) for h in self.heads for s, d in h.paths]
+    def paths(self) -> list[CircuitPath]:
+        """Every useful path."""
+        return [CircuitPath(h.layer, h.head, s, d) for h in self.heads for s, d in h.paths]
 
     def to_dict(self) -> dict:
-        return {"depth": self.depth, "heads": [h.to_dict() for h in self.heads], "info": self.info}
+        return {"depth": self.depth, "heads": [h.to_dict() for h in self.heads], "info": self.info.to_dict()}
 
     @classmethod
     def from_dict(cls, d: dict) -> Circuit:
         check_circuit_dict(d)
-        return cls(int(d["depth"]), [HeadSpec.from_dict(h) for h in d["heads"]], d.get("info", {}))
+        return cls(int(d["depth"]), [HeadSpec.from_dict(h) for h in d["heads"]], DiscoveryRecord.from_dict(d.get("info", {})))
 
     def save(self, path: str | Path) -> None:
         from stackedheads.storage import atomic_write_json
@@ -230,27 +260,20 @@ def replaced_patterns(
 ) -> dict[int, dict[int, Replacement]]:
     """``{layer: {head: (pattern, rows)}}`` for every head the circuit replaces, on ``meta``.
 
-    ``remove = (layer, head, src)`` (or a list of them) also makes the rows of tokens ``s_src``
-    of that head uniform: the per-path ablation of step 6. ``strict`` makes ``kept`` rows
-    uniform too: the combined ablation with nothing left unexplained (step 5).
+    ``remove = (layer, head, src)`` (or a list of them, e.g. :attr:`CircuitPath.removal`) also
+    makes the rows of tokens ``s_src`` of that head uniform: the per-path ablation of step 6.
+    ``strict`` makes ``kept`` rows uniform too: the combined ablation with nothing left
+    unexplained (step 5).
     """
     B, T = meta.role.shape
     lib = library(circuit.depth)
-    every_row = torch.ones(B, T, dtype=torch.bool)
     if remove is not None and len(remove) == 3 and isinstance(remove[0], int):
         remove = [remove]
     removals = [tuple(r) for r in (remove or [])]
     out: dict[int, dict[int, Replacement]] = {}
     for h in circuit.heads:
-        if h.kind == KEPT and strict:
-            pat, rows = uniform_causal(B, T), every_row
-        elif h.kind == KEPT:
-            pat, rows = torch.zeros(B, T, T), ~every_row
-        elif h.kind == "rule":
-            rules = {r: (UNIFORM if strict and n == KEPT else n) for r, n in h.rules.items()}
-            pat, rows = head_pattern(rules, meta, lib, h.maps)
-        else:  # a baseline for the whole head
-            pat, rows = lib[h.kind].pattern(meta), every_row
+        rules = {r: (UNIFORM if strict and n == KEPT else n) for r, n in h.rules.items()}
+        pat, rows = head_pattern(rules, meta, lib, h.maps)
         for layer, head, src in removals:
             if (layer, head) != (h.layer, h.head):
                 continue
@@ -281,30 +304,58 @@ def pattern_hooks(patterns: dict[int, dict[int, Replacement]]):
 def ablated_loss(
     model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, patterns: dict[int, dict[int, torch.Tensor]] | None = None
 ) -> tuple[float, list[float]]:
-    """Validation MSE and partial MSE per chain position with ``patterns`` replacing heads.
+    """Validation MSE and partial MSE per chain position with ``patterns`` replacing heads
+    (the training's own :func:`~stackedheads.training.evaluate.partial_losses`).
 
     ``model`` must hold one member (``EnsembleTransformer.member(e)``).
     """
     if model.n_members != 1:
         raise UsageError("ablations run on one model: use model.member(e)")
-    pred = model.run_with_hooks(batch.inputs, batch.meta, pattern_hooks(patterns or {}))[0]  # (B, N, d_out)
-    err = (pred - batch.targets) ** 2
-    positions = task.depth if task.ic else 1
-    partial = err.view(*err.shape[:2], positions, task.dims).mean(dim=(0, 1, 3))
+    pred = model.run_with_hooks(batch.inputs, batch.meta, pattern_hooks(patterns or {}))  # (1, B, N, d_out)
+    partial = partial_losses(pred, batch.targets[None], task)[0]
     return float(partial.mean()), [float(p) for p in partial]
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """What one loss row (App. E steps 5-6) ablates: nothing, every head at once (``combined``,
+    unexplained rows made uniform, or ``combined-kept``, left to the head), or on top of that
+    some ``paths`` (one, or a redundant group) or a ``row`` following a measured map. A value:
+    loss rows are looked up by it; ``str`` is its text in losses.json."""
+
+    kind: str  # "none", "combined", "combined-kept", "paths" or "row"
+    paths: tuple[CircuitPath, ...] = ()
+    row: Row | None = None
+
+    def __str__(self) -> str:
+        if self.kind == "paths":
+            keys = [p.key for p in self.paths]
+            return "-" + keys[0] if len(keys) == 1 else "-(" + " + ".join(keys) + ")"
+        if self.kind == "row":
+            return "-" + self.row.key
+        return {"combined-kept": "combined, unexplained rows kept"}.get(self.kind, self.kind)
+
+    @classmethod
+    def removed(cls, *paths: tuple) -> Ablation:
+        """The per-path ablation of ``paths`` (one path, or a group removed together)."""
+        return cls("paths", tuple(CircuitPath(*p) for p in paths))
+
+    @classmethod
+    def removed_row(cls, row: tuple) -> Ablation:
+        return cls("row", row=Row(*row))
+
+
+UNABLATED, COMBINED, COMBINED_KEPT = Ablation("none"), Ablation("combined"), Ablation("combined-kept")
 
 
 @dataclass
 class LossRow:
-    ablation: str
+    ablation: Ablation
     loss: float
     partial: list[float]
 
     def to_dict(self) -> dict:
-        return asdict(self)
-
-
-COMBINED, COMBINED_KEPT = "combined", "combined, unexplained rows kept"
+        return {"ablation": str(self.ablation), "loss": self.loss, "partial": self.partial}
 
 
 def loss_table(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, circuit: Circuit) -> list[LossRow]:
@@ -312,27 +363,26 @@ def loss_table(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig,
     unexplained rows uniform); with unexplained rows, the same leaving them to the head; then
     each useful path removed, each row following a measured map removed (made uniform), and
     each redundant group removed together."""
-    rows = [LossRow("none", *ablated_loss(model, batch, task))]
-    rows.append(LossRow(COMBINED, *ablated_loss(model, batch, task, replaced_patterns(circuit, batch.meta, strict=True))))
+
+    def row(ablation: Ablation, patterns=None) -> LossRow:
+        return LossRow(ablation, *ablated_loss(model, batch, task, patterns))
+
+    rows = [row(UNABLATED), row(COMBINED, replaced_patterns(circuit, batch.meta, strict=True))]
     if circuit.kept():
-        rows.append(LossRow(COMBINED_KEPT, *ablated_loss(model, batch, task, replaced_patterns(circuit, batch.meta))))
+        rows.append(row(COMBINED_KEPT, replaced_patterns(circuit, batch.meta)))
     for path in circuit.paths():
-        pats = replaced_patterns(circuit, batch.meta, remove=path[:3])
-        rows.append(LossRow("-" + path_key(path), *ablated_loss(model, batch, task, pats)))
-    for layer, head, role in circuit.mapped():  # rows with no path: what removing them breaks
-        pats = replaced_patterns(circuit, batch.meta, remove=[(layer, head, i) for i in role_sources(role, circuit.depth)])
-        rows.append(LossRow(f"-{row_key((layer, head, role))}", *ablated_loss(model, batch, task, pats)))
-    by_key = {path_key(p): p for p in circuit.paths()}
-    for group in circuit.info.get("redundant_groups", []):
-        pats = replaced_patterns(circuit, batch.meta, remove=[by_key[k][:3] for k in group if k in by_key])
-        rows.append(LossRow("-(" + " + ".join(group) + ")", *ablated_loss(model, batch, task, pats)))
+        rows.append(row(Ablation.removed(path), replaced_patterns(circuit, batch.meta, remove=path.removal)))
+    for r in circuit.mapped():  # rows with no path: what removing them breaks
+        gone = [(r.layer, r.head, i) for i in role_sources(r.role, circuit.depth)]
+        rows.append(row(Ablation.removed_row(r), replaced_patterns(circuit, batch.meta, remove=gone)))
+    for group in circuit.info.redundant_groups:
+        rows.append(row(Ablation.removed(*group), replaced_patterns(circuit, batch.meta, remove=[p.removal for p in group])))
     return rows
 
 
-def check_shape(circuit: Circuit, model: EnsembleTransformer, task: VectorTaskConfig) -> None:
-    """The circuit must describe this model: every head once, the task's depth."""
-    cfg = model.config
-    want = {(l, h) for l in range(cfg.n_layers) for h in range(cfg.n_heads)}
+def check_shape(circuit: Circuit, model: ModelConfig, task: VectorTaskConfig) -> None:
+    """The circuit must describe this model (its config): every head once, the task's depth."""
+    want = {(l, h) for l in range(model.n_layers) for h in range(model.n_heads)}
     have = [(h.layer, h.head) for h in circuit.heads]
     if sorted(have) != sorted(want) or len(set(have)) != len(have):
         raise UsageError(f"the circuit must list each of the model's {len(want)} heads exactly once")
@@ -341,7 +391,7 @@ def check_shape(circuit: Circuit, model: EnsembleTransformer, task: VectorTaskCo
 
 
 def format_table(rows: Sequence[LossRow]) -> list[list[str]]:
-    return [[r.ablation, f"{r.loss:.4f}", " ".join(f"{p:.3f}" for p in r.partial)] for r in rows]
+    return [[str(r.ablation), f"{r.loss:.4f}", " ".join(f"{p:.3f}" for p in r.partial)] for r in rows]
 
 
 def validate_run(run_dir: str | Path, spec: str | Path, checkpoint: int | None = None, n_val: int = 512) -> list[LossRow]:
@@ -350,9 +400,9 @@ def validate_run(run_dir: str | Path, spec: str | Path, checkpoint: int | None =
 
     circuit = Circuit.load(spec)
     model, cfg, _ = load_model(checkpoint_for(run_dir, checkpoint))
-    seed = circuit.info.get("seed", cfg.seeds[0])
+    seed = cfg.seeds[0] if circuit.info.seed is None else circuit.info.seed
     if seed not in cfg.seeds:
         raise UsageError(f"the circuit is for seed {seed}; {run_dir} has seeds {list(cfg.seeds)}")
     member = model.member(cfg.seeds.index(seed))
-    check_shape(circuit, member, cfg.task)
+    check_shape(circuit, member.config, cfg.task)
     return loss_table(member, validation_batch(cfg)[:n_val], cfg.task, circuit)

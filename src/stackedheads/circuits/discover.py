@@ -65,23 +65,23 @@ from stackedheads import theory
 from stackedheads.circuits.ablate import (
     COMBINED,
     COMBINED_KEPT,
+    UNABLATED,
+    Ablation,
     Circuit,
     HeadSpec,
     LossRow,
     ablated_loss,
     loss_table,
-    path_key,
     replaced_patterns,
-    row_key,
 )
 from stackedheads.circuits.diagnose import RowDiagnosis, diagnose_row, is_shortcut, rule_kind
+from stackedheads.circuits.paths import CircuitPath, Link, Row
 from stackedheads.circuits.rules import (
     CROSS_CHAIN,
     KEPT,
     POSITIONAL,
     RETRIEVAL,
     ROLES,
-    Dst,
     Library,
     baselines,
     dst_label,
@@ -165,11 +165,9 @@ def retry_candidates(masses: dict[str, float], lib: Library, min_mass: float) ->
             + [n for n in lib if lib[n].measured])
 
 
-def candidate_paths(spec: HeadSpec, depth: int) -> list[tuple[int, Dst]]:
-    """``(src, dst)`` paths a rule head may carry: what each role's rule links
+def candidate_paths(spec: HeadSpec, depth: int) -> list[Link]:
+    """Links a head may carry: what each role's rule links
     (:meth:`~stackedheads.circuits.rules.AttentionRule.paths`)."""
-    if spec.kind != "rule":
-        return []
     lib = library(depth)
     return sorted({p for role, name in spec.rules.items() if name != KEPT for p in lib[name].paths(role, depth)},
                   key=path_sort_key)
@@ -188,7 +186,7 @@ class Discovery:
     circuit: Circuit
     table: list[LossRow]  # on the held-out half
     threshold: float  # the absolute threshold, or the mean of the per-position budgets
-    unexplained: list[tuple[int, int, str]]  # (layer, head, role) left to the head's own attention
+    unexplained: list[Row]  # rows left to the head's own attention
     budgets: list[float]  # per chain position, on the held-out half
     model_over_budget: list[str]  # positions whose unablated loss is above the absolute threshold
     diagnosis: list[RowDiagnosis] = field(default_factory=list)  # unexplained and shortcut rows, held out
@@ -196,7 +194,7 @@ class Discovery:
     def summary(self) -> dict:
         c = self.circuit
         rows = {r.ablation: r for r in self.table}
-        combined = rows[COMBINED]
+        combined, info = rows[COMBINED], c.info
         over = [f"x{j}" for j, (p, b) in enumerate(zip(combined.partial, self.budgets, strict=True), start=1) if p > b]
         with_paths = [[h.layer, h.head] for h in c.useful_heads()]
         kept_heads = sorted({(l, h) for l, h, _ in self.unexplained})
@@ -204,7 +202,7 @@ class Discovery:
         useful = sorted({tuple(x) for x in with_paths} | set(kept_heads) | {(l, h) for l, h, _ in mapped})
         by_kind: dict[str, list] = {RETRIEVAL: [], POSITIONAL: [], CROSS_CHAIN: []}
         for p in c.paths():
-            by_kind[path_kind(p[3])].append(list(p))
+            by_kind[path_kind(p.dst)].append(list(p))
         retrieval = sorted({(l, h) for l, h, *_ in by_kind[RETRIEVAL]})
         # Heads whose useful paths are all shortcuts (positional or cross-chain), or that have
         # rows following a position map: useful, but not the paper's content-based retrieval heads.
@@ -212,11 +210,11 @@ class Discovery:
                            | {(l, h) for l, h, _ in mapped}) - set(retrieval))
         return {
             "threshold": self.threshold,
-            "threshold_kind": "relative" if c.info.get("config", {}).get("threshold") is None else "absolute",
-            "tolerance": c.info.get("tolerance"),
+            "threshold_kind": "absolute" if info.absolute else "relative",
+            "tolerance": info.tolerance,
             "budgets": self.budgets,
             "model_over_budget": self.model_over_budget,
-            "unablated": {"loss": rows["none"].loss, "partial": rows["none"].partial},
+            "unablated": {"loss": rows[UNABLATED].loss, "partial": rows[UNABLATED].partial},
             "combined": {"loss": combined.loss, "partial": combined.partial},
             "over_budget": over,
             # Kept rows do computation no rule explains: they count as useful (A2, A5).
@@ -231,10 +229,10 @@ class Discovery:
             "retrieval_heads": [list(h) for h in retrieval],
             "shortcut_heads": [list(h) for h in shortcut],
             "diagnosis": [d.to_dict() for d in self.diagnosis],
-            "redundant_groups": c.info.get("redundant_groups", []),
-            "serves": c.info.get("serves", {}),
-            "n_search": c.info.get("n_search"),
-            "n_check": c.info.get("n_check"),
+            "redundant_groups": info.to_dict()["redundant_groups"],
+            "serves": info.serves,
+            "n_search": info.n_search,
+            "n_check": info.n_check,
             "losses": [r.to_dict() for r in self.table],
         }
 
@@ -246,7 +244,10 @@ def discover(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, c
     budget, _ = cfg.budgets(ablated_loss(model, search, task)[1])
     _, cache = model.run_with_cache(search.inputs, search.meta, names=model.pattern_names())
     n_layers, n_heads = model.config.n_layers, model.config.n_heads
-    circuit = Circuit(task.depth, [HeadSpec(l, h, KEPT) for l in range(n_layers) for h in range(n_heads)])
+    circuit = Circuit(task.depth, [HeadSpec.whole(l, h, KEPT) for l in range(n_layers) for h in range(n_heads)])
+    # Heads replaced whole by a baseline (step 1: they follow no rule) stay so: simplify() does
+    # not revisit them.
+    whole: set[tuple[int, int]] = set()
 
     def fits(remove=None) -> bool:
         """Every position within budget on the search half, kept rows left to the head."""
@@ -274,45 +275,36 @@ def discover(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, c
         observed = cache[f"blocks.{spec.layer}.attn.hook_pattern"][0, :, spec.head]
         masses[spec.layer, spec.head] = m = rule_mass(observed, search.meta, lib)
         if not any(not lib[n].baseline for role in ROLES for n in role_candidates(m[role], lib, cfg.min_mass)):
-            for whole in base:
-                spec.rules = whole
+            for name in base:
+                spec.rules = dict.fromkeys(ROLES, name)
                 if fits():
+                    whole.add((spec.layer, spec.head))
                     break
             else:
-                spec.rules = KEPT
-            if spec.rules != KEPT:
+                spec.rules = dict.fromkeys(ROLES, KEPT)
+            if (spec.layer, spec.head) in whole:
                 continue
-        spec.rules = {role: KEPT for role in ROLES}
         for role in ROLES:
             assign(spec, role, role_candidates(m[role], lib, cfg.min_mass))
-        if set(spec.rules.values()) == {KEPT}:
-            spec.rules = KEPT
+
     def retry_kept(shortcuts: bool) -> bool:
         """Rows left unexplained get every rule of the paper's, now that the heads after them
         are settled (with ``shortcuts``: every rule, :func:`retry_candidates`); whether one of
         them now follows a rule."""
         got = False
         for spec in circuit.heads:
-            roles = list(ROLES) if spec.kind == KEPT else [r for r, n in spec.rules.items() if n == KEPT] if spec.kind == "rule" else []
-            if not roles:
-                continue
-            if spec.kind == KEPT:
-                spec.rules = {role: KEPT for role in ROLES}
-            for role in roles:
+            for role in [r for r, n in spec.rules.items() if n == KEPT]:
                 m = masses[spec.layer, spec.head][role]
                 assign(spec, role, retry_candidates(m, lib, cfg.min_mass) if shortcuts else
                        [n for n in fitted_rules(m, lib) if not lib[n].baseline and not lib[n].shortcut] + base)
                 got |= spec.rules[role] != KEPT
-            if set(spec.rules.values()) == {KEPT}:
-                spec.rules = KEPT
         return got
 
     def simplify() -> None:
         """Simpler is better (App. E step 3): roles that carry no useful path become a baseline
-        (uniform, or the identity) where every position stays within budget. A head all of
-        whose roles are the simplest baseline is that baseline whole."""
+        (uniform, or the identity) where every position stays within budget."""
         for spec in circuit.heads:
-            if spec.kind != "rule":
+            if (spec.layer, spec.head) in whole:
                 continue
             carried = {src for src, _ in spec.paths}
             for role, name in list(spec.rules.items()):
@@ -325,16 +317,12 @@ def discover(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, c
                     if fits():
                         break
                     spec.rules[role] = name
-            if set(spec.rules.values()) == {base[0]}:
-                spec.rules = base[0]
 
     def relabel() -> bool:
         """Rows whose rule a shortcut rule fits clearly better (:func:`clearer`) take it where
         the budget allows; whether one did."""
         got = False
         for spec in circuit.heads:
-            if spec.kind != "rule":
-                continue
             for role, name in list(spec.rules.items()):
                 if name == KEPT or lib[name].baseline or lib[name].shortcut:
                     continue
@@ -352,21 +340,18 @@ def discover(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, c
         follow a map, all by the finer one. One at a time, each row was tried beside the others'
         own attention, which its neighbours' maps may suit better. Whether they were."""
         kept, mapped = circuit.kept(), circuit.mapped()
-        before = {(l, h): (dict(s.rules) if s.kind == "rule" else s.rules, dict(s.maps)) for l, h in {r[:2] for r in kept + mapped}
-                  for s in [circuit.head(l, h)]}
+        before = {(l, h): (dict(s.rules), dict(s.maps)) for l, h in {r[:2] for r in kept + mapped} for s in [circuit.head(l, h)]}
         measured = [n for n in lib if lib[n].measured]
         for rows, name in [(kept, n) for n in measured] + ([(kept + mapped, measured[-1])] if mapped else []):
             for l, h, role in rows:
                 spec = circuit.head(l, h)
-                if spec.kind == KEPT:
-                    spec.rules = {r: KEPT for r in ROLES}
                 spec.rules[role] = name
                 measure(spec, role, name)
             if fits():
                 return True
             for (l, h), (rules_, maps) in before.items():
                 spec = circuit.head(l, h)
-                spec.rules, spec.maps = (dict(rules_) if isinstance(rules_, dict) else rules_), dict(maps)
+                spec.rules, spec.maps = dict(rules_), dict(maps)
         return False
 
     def settle() -> list:
@@ -389,9 +374,9 @@ def discover(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, c
         groups = settle()
     if relabel():
         groups = settle()
-    circuit.info["redundant_groups"] = [[path_key(p) for p in g] for g in groups]
+    circuit.info.redundant_groups = groups
     for spec in circuit.heads:  # maps of rows simplified to something else are gone
-        spec.maps = {r: m for r, m in spec.maps.items() if spec.kind == "rule" and spec.rules[r] != KEPT and lib[spec.rules[r]].measured}
+        spec.maps = {r: m for r, m in spec.maps.items() if spec.rules[r] != KEPT and lib[spec.rules[r]].measured}
 
     table = loss_table(model, check, task, circuit)
     check_budget, over = cfg.budgets(table[0].partial)
@@ -404,21 +389,17 @@ def discover(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, c
     def raised(partial: list[float]) -> list[int]:
         return [j for j, (p, c) in enumerate(zip(partial, base, strict=True), start=1) if p - c > cfg.tolerance]
 
-    serves = {path_key(p): raised(rows["-" + path_key(p)].partial) for p in circuit.paths()}
-    serves.update({row_key(r): raised(rows["-" + row_key(r)].partial) for r in circuit.mapped()})
-    for g in circuit.info["redundant_groups"]:
-        joint = raised(rows["-(" + " + ".join(g) + ")"].partial)
-        for k in g:
-            serves[k] = joint
-    circuit.info.update(
-        {
-            "threshold": cfg.threshold if cfg.threshold is not None else sum(check_budget) / len(check_budget),
-            "tolerance": cfg.tolerance, "unablated_loss": table[0].loss, "config": asdict(cfg), "serves": serves,
-            "budgets": check_budget, "n_search": int(search.inputs.shape[0]), "n_check": int(check.inputs.shape[0]),
-        }
-    )
-    return Discovery(circuit, table, circuit.info["threshold"], circuit.kept(), check_budget, over,
-                     _diagnose(model, check, circuit, lib))
+    serves = {p.key: raised(rows[Ablation.removed(p)].partial) for p in circuit.paths()}
+    serves.update({r.key: raised(rows[Ablation.removed_row(r)].partial) for r in circuit.mapped()})
+    for g in groups:
+        joint = raised(rows[Ablation.removed(*g)].partial)
+        for p in g:
+            serves[p.key] = joint
+    info = circuit.info
+    info.threshold = cfg.threshold if cfg.threshold is not None else sum(check_budget) / len(check_budget)
+    info.tolerance, info.unablated_loss, info.config, info.serves = cfg.tolerance, table[0].loss, asdict(cfg), serves
+    info.budgets, info.n_search, info.n_check = check_budget, int(search.inputs.shape[0]), int(check.inputs.shape[0])
+    return Discovery(circuit, table, info.threshold, circuit.kept(), check_budget, over, _diagnose(model, check, circuit, lib))
 
 
 def _diagnose(model: EnsembleTransformer, check: Batch, circuit: Circuit, lib: Library) -> list[RowDiagnosis]:
@@ -428,9 +409,8 @@ def _diagnose(model: EnsembleTransformer, check: Batch, circuit: Circuit, lib: L
     _, cache = model.run_with_cache(check.inputs, check.meta, names=model.pattern_names())
     out = []
     for spec in circuit.heads:
-        rows = {r: KEPT for r in ROLES} if spec.kind == KEPT else spec.rules if spec.kind == "rule" else {}
         observed = cache[f"blocks.{spec.layer}.attn.hook_pattern"][0, :, spec.head]
-        for role, name in rows.items():
+        for role, name in spec.rules.items():
             if name != KEPT and lib[name].baseline:
                 continue
             weak = name != KEPT and lib[name].fitted and float(
@@ -440,7 +420,7 @@ def _diagnose(model: EnsembleTransformer, check: Batch, circuit: Circuit, lib: L
     return out
 
 
-def _useful_paths(circuit: Circuit, fits) -> list[list[tuple[int, int, int, int]]]:
+def _useful_paths(circuit: Circuit, fits) -> list[list[CircuitPath]]:
     """Set each rule head's useful paths (step 6); return the redundant groups.
 
     A path is useful alone when removing it breaks the budget. The rest are tested in pairs and
@@ -449,20 +429,20 @@ def _useful_paths(circuit: Circuit, fits) -> list[list[tuple[int, int, int, int]
     still break the budget), so paths that merely ride along are not reported, and the search
     repeats on what is left (two triples of stand-ins are two groups).
     """
-    cands = [(s.layer, s.head, src, dst) for s in circuit.heads for src, dst in candidate_paths(s, circuit.depth)]
-    singles = [p for p in cands if not fits(remove=[p[:3]])]
+    cands = [CircuitPath(s.layer, s.head, src, dst) for s in circuit.heads for src, dst in candidate_paths(s, circuit.depth)]
+    singles = [p for p in cands if not fits(remove=[p.removal])]
     rest = [p for p in cands if p not in singles]
-    groups: list[list[tuple[int, int, int, int]]] = []
-    if len(rest) >= 2 and not fits(remove=[p[:3] for p in rest]):
+    groups: list[list[CircuitPath]] = []
+    if len(rest) >= 2 and not fits(remove=[p.removal for p in rest]):
         # Likely stand-ins first: the same (src, dst) in two heads, then the same src.
-        pairs = sorted(combinations(rest, 2), key=lambda ab: (ab[0][2:] != ab[1][2:], ab[0][2] != ab[1][2]))
+        pairs = sorted(combinations(rest, 2), key=lambda ab: (ab[0][2:] != ab[1][2:], ab[0].src != ab[1].src))
         grouped: set = set()
         for a, b in pairs[:MAX_PAIR_TESTS]:
-            if a not in grouped and b not in grouped and not fits(remove=[a[:3], b[:3]]):
+            if a not in grouped and b not in grouped and not fits(remove=[a.removal, b.removal]):
                 groups.append([a, b])
                 grouped |= {a, b}
         left = [p for p in rest if p not in grouped]
-        while len(left) >= 2 and not fits(remove=[p[:3] for p in left]):
+        while len(left) >= 2 and not fits(remove=[p.removal for p in left]):
             group = _minimal_group(left, fits)
             if len(group) < 2:  # cannot happen (a single would have broken alone); never loop
                 break
@@ -480,7 +460,7 @@ def _minimal_group(paths: list, fits) -> list:
     keep = list(paths)
     for p in paths:
         trial = [q for q in keep if q != p]
-        if len(trial) >= 2 and not fits(remove=[q[:3] for q in trial]):
+        if len(trial) >= 2 and not fits(remove=[q.removal for q in trial]):
             keep = trial
     return keep
 
@@ -517,7 +497,7 @@ def plot_circuit(circuit: Circuit, out: str | Path, title: str = "") -> list[str
         ax.add_patch(plt.Circle((x, 0), 0.32, color="#dde6f3" if i else "#f7d9c4", zorder=2))
         ax.text(x, 0, symbol_label(i), ha="center", va="center", fontsize=11, zorder=3)
         ax.text(x, -0.6, f"s{i}", ha="center", va="center", fontsize=7, color="grey")
-    group_of = {k: g for g, keys in enumerate(circuit.info.get("redundant_groups", []), start=1) for k in keys}
+    group_of = {p: g for g, group in enumerate(circuit.info.redundant_groups, start=1) for p in group}
     for label, x in x_of.items():
         ax.add_patch(plt.Circle((x, 0), 0.32, color="#eeeeee", zorder=2))
         ax.text(x, 0, label, ha="center", va="center", fontsize=9, zorder=3)
@@ -531,7 +511,7 @@ def plot_circuit(circuit: Circuit, out: str | Path, title: str = "") -> list[str
         x0, x1 = (x_of[dst_label(dst)] if shortcut else pos[dst]), pos[src]
         rad = (0.5 + 0.7 * k) * (-1 if x1 > x0 else 1)
         c = colors(layers.index(layer) % 10)
-        g = group_of.get(path_key((layer, head, src, dst)))
+        g = group_of.get((layer, head, src, dst))
         ax.annotate(
             "", xy=(x1, 0.3), xytext=(x0, 0.3),
             arrowprops=dict(arrowstyle="-|>", color=c, lw=1.6, connectionstyle=f"arc3,rad={rad}", shrinkA=6, shrinkB=6,
@@ -577,7 +557,7 @@ def _discover_run_locked(run_dir, out, checkpoint, cfg: DiscoverConfig) -> dict[
     found = {}
     for e, seed in enumerate(check_seeds(list(tcfg.seeds), path)):  # seeds name folders
         d = discover(model.member(e), batch, tcfg.task, cfg)
-        d.circuit.info.update({"run": str(run_dir), "seed": seed, "checkpoint": step})
+        d.circuit.info.run, d.circuit.info.seed, d.circuit.info.checkpoint = str(run_dir), seed, step
         folder = Path(out) / f"seed{seed}"
         folder.mkdir(parents=True, exist_ok=True)
         d.circuit.save(folder / "circuit.json")

@@ -106,7 +106,7 @@ def attention_maps(run_dir: str | Path, out: str | Path, checkpoint: int | None 
     if seed not in cfg.seeds:
         raise UsageError(f"{run_dir} has seeds {list(cfg.seeds)}, not {seed}")
     if seqs < 1:
-        raise UsageError("--seqs must be >= 1")
+        raise UsageError(f"seqs must be >= 1, got {seqs}")
     batch = validation_batch(cfg)[: max(seqs, n_mean)]
     member = model.member(cfg.seeds.index(seed))
     _, cache = member.run_with_cache(batch.inputs, batch.meta, names=member.pattern_names())

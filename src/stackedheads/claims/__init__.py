@@ -49,8 +49,7 @@ from stackedheads.claims._core import (
     Section,
     claims_table,
     combine,
-    from_files,
-    order_of,
+    expect,
     read_json,
     read_jsonl,
 )
@@ -59,8 +58,7 @@ from stackedheads.layout import STAGE_NAMES
 
 __all__ = [
     "FAIL", "INCONCLUSIVE", "NOT_RUN", "PASS", "SECTIONS", "VERDICTS", "Claim", "Section",
-    "claims_table", "collect", "combine", "folder_claims", "from_files", "order_of", "read_json",
-    "read_jsonl", "sections",
+    "claims_table", "collect", "combine", "expect", "folder_claims", "read_json", "read_jsonl", "sections",
 ]
 
 
@@ -71,9 +69,9 @@ def sections() -> list[Section]:
 
 def collect(run: str | Path) -> list[Claim]:
     """Every claim re-evaluated from the files of the ``reproduce`` folder ``run``; a file of
-    the wrong shape is one line naming its stage."""
+    the wrong shape is one line naming it (each section checks what it reads, where it reads it)."""
     run = Path(run)
-    return [c for s in sections() for c in from_files(run / s.stage, lambda s=s: s.evaluate(run))]
+    return [c for s in sections() for c in s.evaluate(run)]
 
 
 def folder_claims(folder: str | Path) -> list[Claim]:
@@ -96,7 +94,7 @@ def folder_claims(folder: str | Path) -> list[Claim]:
         if comparison.exists():  # an `llm-compare` output (or a folder holding one)
             from stackedheads.claims import sec4
 
-            return from_files(comparison.parent, lambda c=comparison: sec4.llm_claims(read_json(c)))
+            return sec4.llm_claims(read_json(comparison, sec4.LLM_RESULTS))
     config = read_json(folder / "config.json") if (folder / "config.json").exists() else None
     if isinstance(config, dict) and "preset" in config:
         return collect(folder)

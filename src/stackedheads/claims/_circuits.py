@@ -5,13 +5,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stackedheads.claims._core import FAIL, INCONCLUSIVE, PASS, combine, read_json
+from stackedheads.circuits.paths import CircuitPath, path_kind
+from stackedheads.claims._core import FAIL, INCONCLUSIVE, NUM, PASS, Each, combine, read_json
 
 # A circuit of a model that has not learned proves nothing: circuit and emergence claims need
 # every chain position's final partial loss at most this fraction of the 1 - 1/N plateau (0.15
 # for the paper's N = 4; its models reach < 0.01, Sec. 8.2, and 0.031, Sec. 9.2).
 LEARNED_FRACTION = 0.2
 WEAK = 0.6  # a rule covering less of its row's attention is named beside the head it explains (as discovery's)
+
+# What the claims and the report read of the training run's summary.json and of a discovery's
+# summary.json (:meth:`stackedheads.circuits.discover.Discovery.summary`); a file without it
+# is damaged, said where it is read.
+TRAIN_SUMMARY = {"config": {"task": {"chains": NUM, "depth": int}},
+                 "seeds": Each({"final_val_loss": NUM, "final_partial": Each(NUM)})}
+_LOSSES = {"loss": NUM, "partial": [NUM]}
+DISCOVERY_SUMMARY = {
+    "unablated": _LOSSES, "combined": _LOSSES, "budgets": [NUM], "over_budget": [str], "unexplained_heads": [list],
+    "paths": [list], "n_useful_heads": int, "theory_min_heads": int, "threshold?": NUM, "heads_with_paths?": [list],
+    "losses?": [{"ablation": str, **_LOSSES}], "serves?": Each([int]), "diagnosis?": [dict], "mapped_rows?": [list],
+}
 
 
 def learned(train: dict, seed: str) -> tuple[bool, str]:
@@ -37,33 +50,11 @@ def budget_text(found: dict) -> str:
             f"budget; App. E uses an absolute 0.05)")
 
 
-def path_kind(dst) -> str:
-    """A path's kind from its dst (as :func:`stackedheads.circuits.rules.path_kind`, without
-    loading torch): the own chain's s_j is retrieval; p0 (-1), ``p<k>`` and ``t-<d>`` are
-    positional shortcuts; ``o<j>`` (the other chains' s_j) is cross-chain."""
-    if isinstance(dst, int):
-        return "positional" if dst < 0 else "retrieval"
-    return "cross-chain" if dst.startswith("o") else "positional"
-
-
-def key_kind(key: str) -> str:
-    """The kind of a path key such as ``L7.0 s0->p7``."""
-    label = key.rsplit("->", 1)[1]
-    return "retrieval" if label.startswith("s") else path_kind(label)
-
-
 def shortcut_text(found: dict) -> str:
     """The useful paths that are not retrieval, named: what the model does instead of (or beside)
     the paper's content-based retrieval; "" when there are none."""
     paths = [p for p in found.get("paths", []) if path_kind(p[3]) != "retrieval"]
-    return "shortcuts: " + ", ".join(f"{key_of(p)} ({path_kind(p[3])})" for p in paths) if paths else ""
-
-
-def key_of(path) -> str:
-    """``[layer, head, src, dst]`` as :func:`stackedheads.circuits.ablate.path_key` writes it."""
-    layer, head, src, dst = path
-    label = dst if isinstance(dst, str) else "p0" if dst < 0 else f"s{dst}"
-    return f"L{layer}.{head} s{src}->{label}"
+    return "shortcuts: " + ", ".join(f"{CircuitPath(*p).key} ({path_kind(p[3])})" for p in paths) if paths else ""
 
 
 def heads_text(found: dict) -> str:
@@ -144,7 +135,7 @@ def first_head_pairs(found: dict, depth: int) -> tuple[float | None, str]:
     if len(linked) < depth:
         kinds = sorted({path_kind(dst) for _, dst in carried} - {"retrieval"})
         if kinds:
-            reads = ", ".join(key_of([*low, *p]) for p in sorted(carried, key=str) if path_kind(p[1]) != "retrieval")
+            reads = ", ".join(CircuitPath(*low, *p).key for p in sorted(carried, key=str) if path_kind(p[1]) != "retrieval")
             text += f"; it is a {'/'.join(kinds)} shortcut ({reads})"
         by_position = [mapped_text(found, *row) for row in mapped if tuple(row[:2]) == low]
         if by_position:
@@ -192,15 +183,32 @@ def stage_from_files(stage_dir: Path, run_name: str) -> dict | None:
 
     Circuits whose run summary is gone (a reference whose run folder was lost) keep ``train``
     None and name the file in ``missing``: the claims that need it say so instead of NOT RUN."""
-    train = read_json(stage_dir / "runs" / run_name / "summary.json")
-    found = {
-        p.parent.name[4:]: read_json(p) for p in sorted((stage_dir / "discovered").glob("seed*/summary.json"))
-    }
+    train = read_json(stage_dir / "runs" / run_name / "summary.json", TRAIN_SUMMARY, stage_dir)
+    found = {p.parent.name[4:]: read_discovery(p, stage_dir) for p in sorted((stage_dir / "discovered").glob("seed*/summary.json"))}
     if not found:
         return None
     if not train:
         return {"train": None, "missing": f"{stage_dir.name}/runs/{run_name}/summary.json", "circuits": found}
     return {"train": train, "circuits": {s: f for s, f in found.items() if s in train["seeds"]}}
+
+
+_WHEN = (int, float, type(None))  # a step, or null: never
+# What the claims and the report read of an emergence timeline.json (emergence.Timeline).
+TIMELINE = {
+    "steps": [int], "epochs": [NUM], "plateau_steps": _WHEN, "first_paths": [str], "serves": Each([int]),
+    "emerged": Each(_WHEN), "emerged_seen?": Each(_WHEN), "order": str, "loss_drops": Each(_WHEN), "loss_drop_order": str,
+    "positions": Each({"new_paths": [str], "step": _WHEN, "seen?": _WHEN, "epoch?": _WHEN, "status": str}),
+}
+
+
+def read_timeline(path: Path, stage_dir: Path) -> dict | None:
+    """An emergence timeline.json (None when absent), checked for what is read of it."""
+    return read_json(path, TIMELINE, stage_dir)
+
+
+def read_discovery(path: Path, stage_dir: Path) -> dict:
+    """A discovery's summary.json, checked for what the claims and the report read."""
+    return read_json(path, DISCOVERY_SUMMARY, stage_dir)
 
 
 def no_summary(stage: dict) -> str:

@@ -1,5 +1,6 @@
-"""What every claim shares: the verdicts, a :class:`Claim`, combining verdicts, the chain-order
-statistic, reading a stage's files, and the :class:`Section` registry."""
+"""What every claim shares: the verdicts, a :class:`Claim`, combining verdicts, reading a
+stage's files, and the :class:`Section` registry. (The chain-order statistic is a measurement:
+:mod:`stackedheads.ordering`.)"""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from stackedheads.errors import UsageError
 from stackedheads.registry import Registry
@@ -28,14 +30,67 @@ class Claim:
         return asdict(self)
 
 
-def read_json(path: Path) -> dict | list | None:
-    """A stage's JSON file, or None when the stage has not written it; a damaged one is a
-    one-line error saying so."""
-    return read_state_json(path, "a stage's results", object) if path.exists() else None
+NUM = (int, float)  # a number in a shape (below)
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    """A stage's JSON-lines file ([] when absent)."""
+@dataclass(frozen=True)
+class Each:
+    """In a shape: an object whose every value has ``shape`` (keys are seeds, positions...)."""
+
+    shape: Any
+
+
+def expect(data: Any, shape: Any, path: Path, stage_dir: Path | None = None) -> Any:
+    """``data``, read from ``path``, if it has ``shape``; else one line saying the file is
+    damaged and how to rebuild it. Claims check what they read where they read it, so that an
+    error in a claim's own code stays a bug (a traceback), never advice to re-run.
+
+    A shape is a type or a tuple of types (``type(None)`` for null), ``{key: shape}`` (keys
+    ending in ``?`` may be absent), ``[shape]`` (a list of such items) or :class:`Each`."""
+
+    def why(x: Any, sh: Any, where: str) -> str | None:
+        if isinstance(sh, Each):
+            if not isinstance(x, dict):
+                return f"{where or 'the file'} is not an object"
+            return next((w for k, v in x.items() if (w := why(v, sh.shape, f"{where}.{k}".lstrip(".")))), None)
+        if isinstance(sh, dict):
+            if not isinstance(x, dict):
+                return f"{where or 'the file'} is not an object"
+            for key, sub in sh.items():
+                name = key.rstrip("?")
+                if name not in x:
+                    if key.endswith("?"):
+                        continue
+                    return f"{f'{where}.{name}'.lstrip('.')} is missing"
+                if w := why(x[name], sub, f"{where}.{name}".lstrip(".")):
+                    return w
+            return None
+        if isinstance(sh, list):
+            if not isinstance(x, list):
+                return f"{where or 'the file'} is not a list"
+            return next((w for i, v in enumerate(x) if (w := why(v, sh[0], f"{where}[{i}]"))), None)
+        types = sh if isinstance(sh, tuple) else (sh,)
+        if isinstance(x, bool) and bool not in types and object not in types:  # JSON true is no number
+            return f"{where} is not a number"
+        return None if isinstance(x, sh) else f"{where or 'the file'} has the wrong type"
+
+    problem = why(data, shape, "")
+    if problem:
+        stage = stage_dir if stage_dir is not None else path.parent
+        raise UsageError(f"{path} has the wrong shape ({problem}): delete {stage / 'done.json'} and re-run to rebuild the stage")
+    return data
+
+
+def read_json(path: Path, shape: Any = object, stage_dir: Path | None = None) -> Any:
+    """A stage's JSON file, or None when the stage has not written it; a damaged one (not
+    JSON, or not of ``shape``: :func:`expect`) is a one-line error saying so."""
+    if not path.exists():
+        return None
+    return expect(read_state_json(path, "a stage's results", object), shape, path, stage_dir)
+
+
+def read_jsonl(path: Path, shape: Any = dict) -> list[dict]:
+    """A stage's JSON-lines file ([] when absent), each line of ``shape``."""
     if not path.exists():
         return []
     try:
@@ -44,7 +99,7 @@ def read_jsonl(path: Path) -> list[dict]:
         rows = None
     if rows is None or not all(isinstance(r, dict) for r in rows):
         raise UsageError(f"{path} is damaged (a line is not a JSON object): delete its stage's done.json and re-run to rebuild it")
-    return rows
+    return expect(rows, [shape], path)
 
 
 def verdict_of(ok: bool) -> str:
@@ -66,31 +121,6 @@ def combine(verdicts) -> str:
     return PASS
 
 
-def order_of(steps: list[float | None]) -> str:
-    """When x1..xD first did something (None: never) as evidence of the chain order (C2, E3, E4).
-
-    ``out of order``: some x_k crosses strictly before x_j (j < k), or x_k crosses while x_j
-    never does (even when x_k is the only one: x2 learned without x1 contradicts the order).
-    ``undecided``: otherwise, fewer than two positions cross (no order to see). ``tie``: two
-    positions first seen below the threshold at the same evaluation (they crossed within one
-    evaluation interval, or one checkpoint interval). Otherwise ``in order``: strictly increasing.
-    """
-    seen_never = False
-    for s in steps:
-        if s is None:
-            seen_never = True
-        elif seen_never:
-            return "out of order"
-    crossed = [s for s in steps if s is not None]
-    if len(crossed) < 2:
-        return "undecided"
-    if any(a > b for a, b in zip(crossed, crossed[1:])):
-        return "out of order"
-    if any(a == b for a, b in zip(crossed, crossed[1:])):
-        return "tie"
-    return "in order"
-
-
 def claims_table(found: list[Claim], title: str = "the paper's claims"):
     """A rich table of claims: id, verdict (coloured) and the measurement behind it."""
     from rich.table import Table
@@ -102,21 +132,6 @@ def claims_table(found: list[Claim], title: str = "the paper's claims"):
         colour = {PASS: "green", FAIL: "red", INCONCLUSIVE: "yellow"}.get(c.verdict, "dim")
         t.add_row(c.section, c.id, f"[{colour}]{c.verdict}[/{colour}]", c.measured)
     return t
-
-
-def from_files(stage_dir: Path, claims_of) -> list[Claim]:
-    """A stage's claims; a file of the wrong shape (valid JSON that lacks what the claims read)
-    is one line naming the stage, not a traceback."""
-    try:
-        return claims_of()
-    except UsageError:
-        raise
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
-        raise UsageError(
-            f"{stage_dir}: a file has the wrong shape ({type(e).__name__}: {str(e)[:80]}); "
-            f"delete {stage_dir / 'done.json'} and re-run to rebuild the stage"
-        ) from None
-
 
 
 @dataclass(frozen=True)

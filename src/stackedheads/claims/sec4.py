@@ -8,10 +8,13 @@ from stackedheads.claims._core import (
     FAIL,
     INCONCLUSIVE,
     NOT_RUN,
+    NUM,
     PASS,
     SECTIONS,
     Claim,
+    Each,
     Section,
+    expect,
     not_run,
 )
 
@@ -80,11 +83,18 @@ def _l2(model: str, cells: dict) -> tuple[str, str]:
 
 
 
+_SCORE = {"accuracy": NUM, "ci95": [NUM], "n": NUM}
+_MODEL = {"model?": str, "per_formulation?": Each({**_SCORE, "chance": NUM}), "per_depth?": Each(Each(_SCORE))}
+# What L1 and L2 read of a comparison (several models) or of one run's results.
+LLM_RESULTS = {"models?": [_MODEL], **_MODEL}
+
+
 def _llm_results(folder: Path) -> dict | None:
     """The LLM stage's comparison (several models) or its one run's results."""
     from stackedheads.llm.compare import load_comparison
 
-    return load_comparison(folder) if folder.is_dir() else None
+    results = load_comparison(folder) if folder.is_dir() else None
+    return None if results is None else expect(results, LLM_RESULTS, folder)
 
 
 SECTIONS.register("sec4", Section(SEC4, 4, "llm", lambda run: llm_claims(_llm_results(Path(run) / "llm"))))

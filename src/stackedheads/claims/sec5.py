@@ -9,12 +9,17 @@ from stackedheads.claims._core import (
     Claim,
     Section,
     not_run,
+    NUM,
     read_jsonl,
     verdict_of,
 )
 
 SEC5 = "5 Theory of information flow"
 
+
+
+# What the claims read of each line of theory.jsonl.
+THEORY_ROW = {"depth": int, "min_layers": NUM, "paper_bound": NUM, "min_layers_causal": NUM}
 
 
 def theory_claims(rows: list[dict] | None) -> list[Claim]:
@@ -54,5 +59,5 @@ def theory_claims(rows: list[dict] | None) -> list[Claim]:
 
 
 SECTIONS.register(
-    "sec5", Section(SEC5, 5, "theory", lambda run: theory_claims(read_jsonl(Path(run) / "theory" / "theory.jsonl")))
+    "sec5", Section(SEC5, 5, "theory", lambda run: theory_claims(read_jsonl(Path(run) / "theory" / "theory.jsonl", THEORY_ROW)))
 )

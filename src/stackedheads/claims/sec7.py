@@ -16,8 +16,8 @@ from stackedheads.claims._core import (
     Claim,
     Section,
     not_run,
-    order_of,
 )
+from stackedheads.ordering import order_of
 from stackedheads.storage import atomic_write_json
 
 SEC7 = "7 Implicit curriculum and layers"

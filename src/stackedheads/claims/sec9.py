@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stackedheads.claims._circuits import gated, key_kind, per_seed, stage_from_files, validation
+from stackedheads.circuits.paths import key_kind
+from stackedheads.claims._circuits import gated, per_seed, read_timeline, stage_from_files, validation
 from stackedheads.claims._core import (
     FAIL,
     INCONCLUSIVE,
@@ -13,7 +14,6 @@ from stackedheads.claims._core import (
     Claim,
     Section,
     not_run,
-    read_json,
 )
 from stackedheads.layout import EMERGENCE_RUN
 
@@ -34,7 +34,8 @@ def emergence_claims(stage: dict | None, timeline_dir: Path | None) -> list[Clai
         return [not_run(sec, k, p, "emergence") for k, p in ps.items()]
     found = stage["circuits"]
     seeds = sorted(found, key=int)
-    timelines = {s: read_json(timeline_dir / f"seed{s}" / "timeline.json") if timeline_dir else None for s in seeds}
+    timelines = {s: read_timeline(timeline_dir / f"seed{s}" / "timeline.json", timeline_dir.parent) if timeline_dir else None
+                 for s in seeds}
 
     def named(key: str) -> str:
         """A path key, marked when it is a shortcut rather than the paper's retrieval."""

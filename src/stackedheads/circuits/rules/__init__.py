@@ -87,28 +87,32 @@ parametric names; ``RULES.unregister(name)`` removes one.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import torch
 
 from stackedheads import theory
+from stackedheads.circuits.paths import (  # noqa: F401 (what a path is, re-exported beside the rules)
+    CROSS_CHAIN,
+    POSITIONAL,
+    RETRIEVAL,
+    SINK,
+    Dst,
+    dst_label,
+    dst_parts,
+    path_kind,
+    path_sort_key,
+)
 from stackedheads.errors import UsageError
 from stackedheads.registry import Registry
 from stackedheads.tasks.vectors import FIRST, QUERY, SECOND, Meta
 
 ROLES = {"first": FIRST, "second": SECOND, "query": QUERY}
 UNIFORM, IDENTITY, KEPT = "uniform", "identity", "kept"  # KEPT: the head's own attention, not a rule
-SINK = -1  # a path's dst: sequence position 0 (an attention sink), not a chain position
-RETRIEVAL, POSITIONAL, CROSS_CHAIN = "retrieval", "positional", "cross-chain"  # kinds of path
-
-Dst = int | str  # an s-index of the own chain, SINK, or "p<k>", "t-<d>", "o<j>" (module docstring)
 Target = Callable[[Meta], torch.Tensor]  # meta -> (B, T) attended position of every token
 # role -> d (s_i reads s_{i+d} of its chain), or (role, i, depth) -> what s_i reads (None: nothing)
 Links = Mapping[str, int] | Callable[[str, int, int], "Dst | list[Dst] | None"]
-
-_LABEL = re.compile(r"^(?:p(?P<p>[1-9]\d*)|t-(?P<t>[1-9]\d*)|o(?P<o>\d+))$")
 
 
 def s_index(meta: Meta) -> torch.Tensor:
@@ -134,36 +138,6 @@ def positions(meta: Meta) -> torch.Tensor:
 def role_sources(role: str, depth: int) -> list[int]:
     """The ``s_i`` a token role holds: the query s_0, second tokens s_2k, first tokens s_2k+1."""
     return {"query": [0], "second": list(range(2, 2 * depth + 1, 2)), "first": list(range(1, 2 * depth, 2))}[role]
-
-
-def dst_parts(dst: Dst) -> tuple[str, int]:
-    """``("s", j)``, ``("p", k)`` (SINK is ``("p", 0)``), ``("t", d)`` or ``("o", j)``."""
-    if isinstance(dst, int) and not isinstance(dst, bool):
-        return ("p", 0) if dst == SINK else ("s", dst)
-    m = _LABEL.match(dst) if isinstance(dst, str) else None
-    if not m:
-        raise ValueError(f"not a path destination: {dst!r} (an s-index, {SINK}, 'p<k>', 't-<d>' or 'o<j>')")
-    kind = next(k for k, v in m.groupdict().items() if v is not None)
-    return kind, int(m[kind])
-
-
-def dst_label(dst: Dst) -> str:
-    """A path's dst as text: ``s4``, ``p0`` for :data:`SINK`, ``p7``, ``t-2``, ``o4``."""
-    kind, n = dst_parts(dst)
-    return f"{kind}-{n}" if kind == "t" else f"{kind}{n}"
-
-
-def path_kind(dst: Dst) -> str:
-    """:data:`RETRIEVAL` (the own chain's ``s_j``), :data:`POSITIONAL` (a fixed position or
-    offset, ``p0`` included) or :data:`CROSS_CHAIN` (the other chains' ``s_j``)."""
-    return {"s": RETRIEVAL, "p": POSITIONAL, "t": POSITIONAL, "o": CROSS_CHAIN}[dst_parts(dst)[0]]
-
-
-def path_sort_key(path: tuple) -> tuple:
-    """Sorts paths ``(..., src, dst)`` whose dsts mix s-indices and labels."""
-    *head, src, dst = path
-    kind, n = dst_parts(dst)
-    return (*head, src, kind != "s", kind, n)
 
 
 def path_ends(meta: Meta, src: int, dst: Dst) -> tuple[torch.Tensor, torch.Tensor]:
