@@ -261,6 +261,7 @@ def main() -> None:
     ap.add_argument("--sizes", default=",".join(SIZES), help="comma list of preset sizes")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma list of TREE-DTYPE[-compile]")
     ap.add_argument("--no-profile", action="store_true", help="skip the profile")
+    ap.add_argument("--no-steps", action="store_true", help="skip the step times (profile and sweep only)")
     ap.add_argument("--busy", action="store_true", help="also measure the steps beside a busy process")
     ap.add_argument("--sweep", action="store_true", help="also time the shortened quick Figure 4 sweep")
     ap.add_argument("--sweep-steps", type=int, default=500, help="steps per job of the shortened quick sweep")
@@ -301,7 +302,7 @@ def _measure(args, variants: dict, sizes: tuple, peaks: dict, trees: dict, resul
           f"{first}; MFU against the matmul peak of the variant's dtype")
     print(f"{'size':<6} {'machine':<5} {'variant':<22} {'s/step':>8} {'speedup':>8} {'GFLOP/s':>8} {'MFU':>6} {'warm-up s':>9}")
     conditions = [False, True] if args.busy else [False]
-    for size in sizes:
+    for size in () if args.no_steps else sizes:
         for busy in conditions:
             label = "busy" if busy else "idle"
             rows = {}
