@@ -423,3 +423,22 @@ def test_discover_folder_locked(tmp_path, held):
     held(tmp_path / "c")
     with pytest.raises(UsageError, match="in use by pid"):
         discover_run(run, tmp_path / "c")
+
+
+def test_older_circuit_files_name_a_whole_head_once(tmp_path):
+    """Issue 28: every head's rules are {role: rule}; a file written when a whole head was one
+    name still loads (as that rule for every role) and is written back per role."""
+    import json
+
+    d = {"depth": 2, "heads": [{"layer": 0, "head": 0, "rules": "uniform", "paths": []},
+                               {"layer": 1, "head": 0, "rules": {"first": "s-1", "second": "kept", "query": U}, "paths": [[1, 0]]}],
+         "info": {"seed": 3, "redundant_groups": [["L1.0 s1->s0"]], "unknown": 1}}
+    (tmp_path / "old.json").write_text(json.dumps(d))
+    c = Circuit.load(tmp_path / "old.json")
+    assert c.head(0, 0).rules == dict.fromkeys(rules.ROLES, U) and c.head(0, 0).shared == U
+    assert c.head(1, 0).shared is None and c.kept() == [(1, 0, "second")]
+    assert c.info.seed == 3 and c.info.redundant_groups == [[(1, 0, 1, 0)]]
+    c.save(tmp_path / "new.json")
+    again = json.loads((tmp_path / "new.json").read_text())
+    assert again["heads"][0]["rules"] == dict.fromkeys(rules.ROLES, U)
+    assert again["info"] == {"seed": 3, "redundant_groups": [["L1.0 s1->s0"]], "serves": {}}

@@ -478,3 +478,25 @@ def test_damaged_llm_comparison_is_one_line(tmp_path, content, cli):
     for command in (["claims", str(run)], ["report", str(run)]):
         code, _, stderr = cli(*command)
         assert code == 2 and one_error(stderr) and "comparison.json" in stderr, stderr
+
+
+def test_a_bug_in_a_claim_is_a_traceback_and_a_damaged_timeline_one_line(tmp_path):
+    """Issue 28: only a file without what a claim reads gives the advice to rebuild its stage;
+    an error in a claim's own code stays what it is."""
+    from stackedheads.claims import SECTIONS, Section
+
+    def buggy(run):
+        return {}["no such key"]
+
+    SECTIONS.register("buggy", Section("99 Bug", 99, "nowhere", buggy))
+    try:
+        with pytest.raises(KeyError):
+            claims.collect(tmp_path)
+    finally:
+        SECTIONS.unregister("buggy")
+    (tmp_path / "seed0").mkdir()
+    (tmp_path / "seed0" / "timeline.json").write_text('{"steps": [0, 20]}')
+    from stackedheads.claims._circuits import read_timeline
+
+    with pytest.raises(UsageError, match=r"timeline.json has the wrong shape \(epochs is missing\): delete .*done.json"):
+        read_timeline(tmp_path / "seed0" / "timeline.json", tmp_path)
