@@ -9,7 +9,7 @@ Every attempt appends a line to ``<run>/attempts.jsonl`` (process id, host, the 
 resumed from), so a retry after a lost worker is visible in the run folder.
 
 Ray writes results straight into the output folder, so that folder must be on a filesystem
-every node sees (NFS, a shared volume); the README says how to run on a cluster.
+every node sees (NFS, a shared volume); docs/speed.md says how to run on a cluster.
 """
 
 from __future__ import annotations

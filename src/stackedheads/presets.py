@@ -9,7 +9,7 @@ Training (``TRAIN``; ``stackedheads train --preset NAME``):
   batch 128, 262,144 examples.
 * ``sec9``: Section 9.1, transformer D: 24 layers, 1 head, d_model 512, no MLP, head size 16,
   D=4, 6,400 steps, batch 256, 262,144 examples, a checkpoint every 80 steps.
-* ``quick`` / ``quick-n4`` / ``sec8-quick`` / ``sec9-quick``: CPU-sized twins (the README says
+* ``quick`` / ``quick-n4`` / ``sec8-quick`` / ``sec9-quick``: CPU-sized twins (docs/training.md says
   how they were chosen); ``smoke``, ``sec8-smoke``, ``sec9-smoke``: seconds, for tests.
 
 Grids: ``FIGURE4`` (``sweep figure4``: paper, quick, smoke) and ``DEPTH`` (``sweep depth``:
@@ -36,7 +36,7 @@ REPRODUCE: Registry[ReproducePreset] = Registry("reproduce preset")
 
 # Every preset trains with GPT-2's recipe (Sec. 7.1, "following the recipe of Radford et al.
 # (2019)"): warm-up, cosine decay to 10%, per-member clipping at 1.0, no decay on norms and
-# biases. Without it Transformer D does not learn x2..x4 (README, "Training recipe").
+# biases. Without it Transformer D does not learn x2..x4 (docs/training.md, "Training recipe").
 PAPER = TRAIN.register("paper", TrainConfig(
     task=VectorTaskConfig(chains=4, depth=5, dims=4, ic=True, n_train=2**20, n_val=4096),
     model=ModelConfig(n_layers=4, n_heads=8, d_model=128),
@@ -44,7 +44,7 @@ PAPER = TRAIN.register("paper", TrainConfig(
     batch_size=512, steps=10_000, eval_every=100, ckpt_every=1000, keep_checkpoints=False,
 ))
 
-# Measured on the 2-core CPU (README, "Choosing the quick preset"): with N = 4 chains even
+# Measured on the 2-core CPU (docs/training.md, "Choosing the quick preset"): with N = 4 chains even
 # K = 8 and lr 3e-3 stayed on the 1 - 1/N plateau for 2,000 steps, while N = 2 learned x1
 # with 2 layers and x1, x2 with 3 layers within 2,000 steps at d_model 64.
 QUICK = TRAIN.register("quick", TrainConfig(
@@ -56,7 +56,7 @@ QUICK = TRAIN.register("quick", TrainConfig(
 
 # The paper's task (N = 4, K = 4, IC) at the quick twin's size: the cheapest configuration of
 # docs/n4-study.md in which both seeds learn x1 and then x2 (D = 2, 3 layers, 3,000 steps).
-# About 3x the cost of QUICK per run, so the demo keeps N = 2 (README, "Choosing the quick preset").
+# About 3x the cost of QUICK per run, so the demo keeps N = 2 (docs/training.md, "Choosing the quick preset").
 QUICK_N4 = TRAIN.register("quick-n4", QUICK.override(chains=4, steps=3000))
 
 SMOKE = TRAIN.register("smoke", TrainConfig(
@@ -155,11 +155,11 @@ REPRODUCE.register("smoke", ReproducePreset(
     figure4=FIGURE4.get("smoke"), circuits=SEC8_SMOKE, emergence=SEC9_SMOKE,
     circuits_seeds=(0,), maps_seqs=2, emergence_seqs=8,
 ))
-# `make demo`: <= 20 minutes on 2 CPU cores (README). One A-C twin (seed 2: measured to
+# `make demo`: <= 20 minutes on 2 CPU cores (docs/reproduce.md). One A-C twin (seed 2: measured to
 # have the paper's shape) and one D twin keep the training stages within that budget.
 REPRODUCE.register("quick", ReproducePreset(
     "quick", theory_max_depth=20, prompts_per_formulation=5,
-    # The LLM stage (~4 min on 2 cores, measured; README): SmolLM2 and Qwen2.5-Coder-0.5B,
+    # The LLM stage (~4 min on 2 cores, measured; docs/prompts-and-llms.md): SmolLM2 and Qwen2.5-Coder-0.5B,
     # the five formulations at the paper's depths, and accuracy vs D for the three with a D.
     # Three solved examples: these small models then answer in 1-2 draws instead of 7-10.
     llm=LLMStage(

@@ -18,7 +18,7 @@ model only through :class:`~stackedheads.model.EnsembleTransformer`'s constructo
 The training recipe (Section 7.1: "following the recipe of Radford et al. (2019)") is explicit
 in :class:`OptimConfig`: warm-up, learning-rate schedule, per-member gradient clipping, Adam
 betas and weight-decay exemptions. The defaults are the plain recipe (constant lr, no clipping);
-the paper presets use :data:`GPT2_RECIPE` (README, "Training recipe", has the measurements).
+the paper presets use :data:`GPT2_RECIPE` (docs/training.md, "Training recipe", has the measurements).
 """
 
 from stackedheads.training.checkpoints import (
