@@ -67,7 +67,7 @@ class SolverModel:
             raise RuntimeError("simulated crash")
         self.requests.append(request)
         if self.delay:
-            time.sleep(self.delay)
+            await asyncio.sleep(self.delay)
         sol = solve(question_text(request))
         text = self.policy(sol, request.seed, len(self.requests))
         return Generation(text=text, latency_s=0.001, finish_reason="stop")
@@ -336,16 +336,24 @@ def test_other_settings_in_same_folder_refused(tmp_path):
 
 class FakeOpenAIServer:
     """http.server in a thread speaking just enough of the OpenAI API: answers by solving the
-    prompt; ``script`` is a list of (status, headers) returned before the real answers."""
+    prompt; ``script`` is a list of (status, headers) returned before the real answers.
 
-    def __init__(self, script=(), delay: float = 0.0, answer=None):
+    Requests that must overlap or time out wait on events, never on the clock: with
+    ``together=k`` each answer waits until k requests are in flight at once (a barrier; a
+    client sending fewer breaks it after 10 s); with ``hold=True`` none is answered before
+    the server closes."""
+
+    def __init__(self, script=(), together: int | None = None, hold: bool = False, answer=None):
         self.script = list(script)
-        self.delay = delay
+        self.barrier = threading.Barrier(together, timeout=10) if together else None
+        self.released = threading.Event()
+        if not hold:
+            self.released.set()
         self.answer = answer or (lambda sol: sol.answer)
         self.requests: list[dict] = []
         self.auth: list[str] = []
         self.inflight = self.max_inflight = 0
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -366,9 +374,11 @@ class FakeOpenAIServer:
                     step = outer.script.pop(0) if outer.script else None
                     outer.inflight += 1
                     outer.max_inflight = max(outer.max_inflight, outer.inflight)
+                    outer.lock.notify_all()
                 try:
-                    if outer.delay:
-                        time.sleep(outer.delay)
+                    if outer.barrier is not None:
+                        outer.barrier.wait()
+                    outer.released.wait()
                     if step is not None:
                         status, headers = step
                         payload = json.dumps({"error": {"message": "try later", "type": "x"}}).encode()
@@ -407,7 +417,14 @@ class FakeOpenAIServer:
         self.thread.start()
         return self
 
+    def wait_for_requests(self, n: int) -> None:
+        """Until the server has read ``n`` requests (a client that timed out has sent them,
+        but the server may not have accepted them yet)."""
+        with self.lock:
+            assert self.lock.wait_for(lambda: len(self.requests) >= n, timeout=10), f"{len(self.requests)} requests, not {n}"
+
     def __exit__(self, *exc):
+        self.released.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -462,9 +479,10 @@ def test_openai_connection_errors_and_timeouts(monkeypatch):
         url = srv.url
     with pytest.raises(BackendError, match="giving up after 3 attempts"):  # nobody listens now
         _one_request(OpenAIBackend("m", url, max_retries=2, backoff_base=0.01))
-    with FakeOpenAIServer(delay=0.5) as srv:
+    with FakeOpenAIServer(hold=True) as srv:
         with pytest.raises(BackendError, match="Timeout"):
             _one_request(OpenAIBackend("m", srv.url, timeout=0.1, max_retries=1, backoff_base=0.01))
+        srv.wait_for_requests(2)
     assert len(srv.requests) == 2
 
 
@@ -483,10 +501,10 @@ def test_backoff_delay():
 def test_openai_concurrency_overlaps_requests(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     cfg = BenchConfig(formulations=("equations",), depths=(1,), n=8, max_draws=1, temperature=0)
-    with FakeOpenAIServer(delay=0.15) as srv:
+    with FakeOpenAIServer(together=4) as srv:
         res = bench.run_bench(OpenAIBackend("m", srv.url, concurrency=4), cfg, tmp_path)
-    # Four requests were in flight at once, as the server counted them (no wall-clock bound:
-    # a loaded machine would make one flaky).
+    # Each answer waited until four requests were in flight at once (a barrier, not a delay:
+    # a loaded machine cannot make it flaky); a fifth was never sent before one was answered.
     assert srv.max_inflight == 4
     assert res["per_depth"]["equations"]["1"]["accuracy"] == 1.0
 
