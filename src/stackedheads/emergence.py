@@ -21,7 +21,6 @@ the first point of every curve.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from stackedheads.circuits.rules import path_ends
 from stackedheads.errors import UsageError
 from stackedheads.ordering import order_of
 from stackedheads.plots import save_figure
-from stackedheads.storage import atomic_write_json
+from stackedheads.storage import RunFolder, atomic_write_json, check_seeds
 from stackedheads.training import (
     TrainConfig,
     list_checkpoints,
@@ -153,7 +152,7 @@ def timeline(run_dir: str | Path, circuits: dict[int, Circuit], n_seqs: int = 32
         raise UsageError(f"{run_dir} has {len(ckpts)} checkpoint(s); emergence needs a run saved with several")
     if n_seqs < 1:  # a negative slice would silently keep most of the batch
         raise UsageError(f"n_seqs must be >= 1, got {n_seqs}")
-    cfg = TrainConfig.from_dict(json.loads((Path(run_dir) / "config.json").read_text()))
+    cfg = TrainConfig.from_dict(_run_config(Path(run_dir)))
     batch = validation_batch(cfg)[:n_seqs]
     seeds = [s for s in cfg.seeds if s in circuits]
     attn: dict[int, list[list[float]]] = {s: [] for s in seeds}
@@ -260,24 +259,27 @@ def plot_timeline(t: Timeline, cfg: TrainConfig, metrics: list[dict], out: Path)
     return files
 
 
+def _run_config(run_dir: Path) -> dict:
+    """The training configuration ``run_dir`` recorded (a damaged one is one line)."""
+    raw = RunFolder(run_dir, "training run").recorded("config.json", "the run's training configuration")
+    if raw is None:
+        raise UsageError(f"{run_dir} is not a run folder (no config.json)")
+    return raw
+
+
 def emergence_run(run_dir: str | Path, out: str | Path, circuits_dir: str | Path | None = None, n_seqs: int = 32) -> dict:
     """Timelines for every member of a run, plots under ``out/seed{s}/``, and the ordering.
 
     Circuits come from ``circuits_dir/seed{s}/circuit.json``; without one they are discovered
     on the last checkpoint first (into ``out/circuits``).
     """
-
-    from stackedheads.storage import FolderLock, check_seeds, read_state_json
-
     run_dir, out = Path(run_dir), Path(out)
     if not 1 <= n_seqs <= 100_000:  # 0 would average nothing (NaN attention read as "never")
         raise UsageError(f"--seqs must be between 1 and 100000, got {n_seqs}")
-    if not (run_dir / "config.json").exists():
-        raise UsageError(f"{run_dir} is not a run folder (no config.json)")
-    raw = read_state_json(run_dir / "config.json", "the run's training configuration")
+    raw = _run_config(run_dir)
     check_seeds(raw.get("seeds"), run_dir / "config.json")  # seeds name the folders written below
     cfg = TrainConfig.from_dict(raw)
-    with FolderLock(out, "emergence"):  # a second process on the folder gets one line
+    with RunFolder(out).lock("emergence"):  # a second process on the folder gets one line
         return _emergence_locked(run_dir, out, circuits_dir, n_seqs, cfg)
 
 

@@ -539,9 +539,9 @@ def discover_run(
 ) -> dict[int, Discovery]:
     """Discover the circuit of every member of a run; ``out/seed{s}/`` gets circuit.json,
     losses.json, circuit.png/svg and summary.json."""
-    from stackedheads.storage import FolderLock
+    from stackedheads.storage import RunFolder
 
-    with FolderLock(out, "circuit discovery"):  # a second process on the folder gets one line
+    with RunFolder(out).lock("circuit discovery"):  # a second process on the folder gets one line
         return _discover_run_locked(run_dir, out, checkpoint, cfg)
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from stackedheads.errors import UsageError, redact_secrets
 from stackedheads.llm.backends import Backend
-from stackedheads.storage import atomic_write_json, read_state_json
+from stackedheads.storage import RunFolder, atomic_write_json
 from stackedheads.tasks.formulations import FORMULATIONS
 from stackedheads.tasks.prompts import Question
 
@@ -107,21 +107,19 @@ def repair_tail(path: Path) -> None:
 
 def check_folder(out: Path, identity: dict[str, Any], invocation: dict[str, Any]) -> None:
     """Refuse to mix answers of different runs in one folder; record this invocation."""
-    path = out / CONFIG
+    folder = RunFolder(out, KIND, shares=("llm comparison",))
     runs: list[dict[str, Any]] = []
-    if path.exists():
-        saved = read_state_json(path, "the run's identity")
+    saved = folder.recorded(CONFIG, "the run's identity")
+    if saved is not None:
         old = saved.get("identity", {})
         if not isinstance(old, dict):
-            raise UsageError(f"{path} has the wrong shape (identity is not an object): use another --out")
-        diff = [k for k in identity if old.get(k) != identity[k]]
-        if diff:
-            what = ", ".join(f"{k}: {old.get(k)!r} there, {identity[k]!r} now" for k in diff)
-            raise UsageError(f"{out} holds a run with other settings ({what}); use another --out")
+            raise UsageError(f"{out / CONFIG} has the wrong shape (identity is not an object): use another --out")
+        # On this identity's fields: one an older config.json records and it no longer has is no difference.
+        folder.require_same({k: old.get(k) for k in identity}, identity, "other settings")
         runs = saved.get("invocations", [])
         runs = runs if isinstance(runs, list) else []
     runs.append(invocation)
-    atomic_write_json(path, {"identity": identity, "invocations": runs})
+    atomic_write_json(out / CONFIG, {"identity": identity, "invocations": runs})
 
 
 def check_records(
