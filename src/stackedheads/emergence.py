@@ -31,7 +31,7 @@ from stackedheads.circuits.paths import CircuitPath, dst_label
 from stackedheads.circuits.rules import path_ends
 from stackedheads.errors import UsageError
 from stackedheads.ordering import order_of
-from stackedheads.plots import save_figure
+from stackedheads.plots import pyplot, save_figure
 from stackedheads.storage import RunFolder, atomic_write_json, check_seeds
 from stackedheads.training import (
     TrainConfig,
@@ -202,10 +202,7 @@ def ordering_statistic(timelines: list[Timeline]) -> dict:
 
 def plot_timeline(t: Timeline, cfg: TrainConfig, metrics: list[dict], out: Path) -> list[str]:
     """Appendix D (one plot per path), Figure 7 right (summary) and Figure 6 (losses, marked)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     out.mkdir(parents=True, exist_ok=True)
     files = []

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from stackedheads.errors import UsageError
-from stackedheads.plots import save_figure
+from stackedheads.plots import pyplot, save_figure
 
 
 def paper_bound(depth: int) -> int:
@@ -215,11 +215,9 @@ def plot_theory(rows: Sequence[TheoryRow], out_dir) -> list[str]:
     """Minimum layers vs D (no mask, causal, paper bound) as PNG and SVG; returns the paths."""
     from pathlib import Path
 
-    import matplotlib
-    import matplotlib.ticker
+    from matplotlib import ticker
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -231,7 +229,7 @@ def plot_theory(rows: Sequence[TheoryRow], out_dir) -> list[str]:
     ax.set_xlabel("retrieval steps D")
     ax.set_ylabel("minimum layers")
     ax.set_title("Information flow (Sec. 5, App. B)")
-    ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(ticker.MaxNLocator(integer=True))
     ax.legend()
     ax.grid(alpha=0.3)
     return save_figure(fig, out, "theory")

@@ -94,7 +94,7 @@ from stackedheads.circuits.rules import (
 )
 from stackedheads.errors import UsageError
 from stackedheads.model import EnsembleTransformer
-from stackedheads.plots import save_figure
+from stackedheads.plots import pyplot, save_figure
 from stackedheads.tasks.vectors import Batch, VectorTaskConfig
 
 MAX_PAIR_TESTS = 400  # pairs of non-necessary paths tested for redundancy (the rest: one joint group)
@@ -481,10 +481,7 @@ def plot_circuit(circuit: Circuit, out: str | Path, title: str = "") -> list[str
     rule, such as first-token), ``p7`` a fixed position, ``t-2`` an offset, ``o4`` the other
     chains' ``s4``.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     D = circuit.depth
     pos = theory.chain_order(D)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from stackedheads.plots import save_figure
+from stackedheads.plots import pyplot, save_figure
 from stackedheads.tasks.vectors import FIRST, QUERY, Meta
 
 
@@ -66,10 +66,7 @@ def plot_maps(patterns: dict[int, torch.Tensor], meta: Meta, out: str | Path, n_
 
     ``patterns``: ``{layer: (B, H, T, T)}`` of one model.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from stackedheads.plots import save_figure
+from stackedheads.plots import pyplot, save_figure
 from stackedheads.tasks.formulations import FORMULATIONS
 
 __all__ = ["plot_figure2"]
@@ -18,10 +18,7 @@ __all__ = ["plot_figure2"]
 def plot_figure2(results: dict[str, Any], out: Path) -> list[str]:
     """Fig. 2: left, accuracy per formulation (Wilson 95% bars) with dashed chance lines;
     right, equations accuracy vs D. PNG and SVG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     ident = results.get("identity", {})
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [1.2, 1]})
