@@ -44,7 +44,7 @@ from stackedheads.llm.runlog import (
     run_identity,
     stored,
 )
-from stackedheads.llm.scoring import normalise, parse_answer, summarise
+from stackedheads.llm.scoring import normalise, parse_answer, summarize
 from stackedheads.storage import RunFolder, atomic_write_json
 from stackedheads.tasks import prompts
 from stackedheads.tasks.formulations import FORMULATIONS
@@ -314,7 +314,7 @@ def _run_bench_locked(backend, cfg, out: Path, questions, progress, backend_info
         asyncio.run(_ask_all(backend, todo, cfg, samples, total - len(todo), total, progress))
     else:
         asyncio.run(backend.aclose())
-    results = summarise(load_records(samples).values(), identity)
+    results = summarize(load_records(samples).values(), identity)
     atomic_write_json(out / RESULTS, results)
     results["figures"] = plot_figure2(results, out)
     return results

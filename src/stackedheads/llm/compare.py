@@ -21,7 +21,7 @@ from typing import Any
 
 from stackedheads.errors import UsageError
 from stackedheads.llm.runlog import CONFIG, SAMPLES, check_records, load_records
-from stackedheads.llm.scoring import summarise
+from stackedheads.llm.scoring import summarize
 from stackedheads.plots import save_figure
 from stackedheads.storage import atomic_write_json, atomic_write_text, read_state_json
 from stackedheads.tasks.formulations import FORMULATIONS
@@ -64,7 +64,7 @@ def load_run(folder: Path) -> dict[str, Any]:
     # As llm-bench does before resuming: answers copied from another run's folder must not be
     # credited to this one's model.
     check_records(records, identity, folder / SAMPLES, vouched, advice="compare that run's own folder")
-    results = summarise(records.values(), identity)
+    results = summarize(records.values(), identity)
     results["folder"] = str(folder)
     return results
 

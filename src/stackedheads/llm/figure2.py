@@ -1,6 +1,6 @@
 """Figure 2 of one benchmark run (Sec. 4): accuracy per formulation and equations accuracy vs D.
 
-Drawn from ``results.json`` as :func:`stackedheads.llm.scoring.summarise` writes it; the
+Drawn from ``results.json`` as :func:`stackedheads.llm.scoring.summarize` writes it; the
 figure of several models side by side is :mod:`stackedheads.llm.compare`'s.
 """
 

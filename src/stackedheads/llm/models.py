@@ -67,11 +67,6 @@ def find_smollm2() -> Path | None:
     return files[0] if files else None
 
 
-def gemma3_default_path() -> Path:
-    """Where the Gemma 3 270M file lies once fetched (the model cache)."""
-    return model_path(REGISTRY[GEMMA3])
-
-
 def _found(name: str) -> Path | None:
     """A verified file in the model cache, else (smollm2 only) the installed package's file."""
     spec = REGISTRY[name]

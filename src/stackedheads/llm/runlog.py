@@ -6,7 +6,7 @@
   the prompt, every raw draw and its parse, the final answer, correctness, latency. A run
   resumes by skipping the questions already there; runs with other formulations, depths or
   ``n`` add questions to the same folder.
-- ``results.json``: the summary of every record (:func:`stackedheads.llm.scoring.summarise`).
+- ``results.json``: the summary of every record (:func:`stackedheads.llm.scoring.summarize`).
 
 Answers of one identity must never be mixed with another's: :func:`check_records` and
 :func:`check_folder` refuse before anything is appended.

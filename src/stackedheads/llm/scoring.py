@@ -15,7 +15,7 @@ from typing import Any
 from stackedheads.tasks import prompts
 from stackedheads.tasks.formulations import FORMULATIONS
 
-__all__ = ["normalise", "parse_answer", "summarise", "wilson"]
+__all__ = ["normalise", "parse_answer", "summarize", "wilson"]
 
 _Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
@@ -83,7 +83,7 @@ def _cell_stats(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def summarise(records: Iterable[dict[str, Any]], identity: dict[str, Any] | None = None) -> dict[str, Any]:
+def summarize(records: Iterable[dict[str, Any]], identity: dict[str, Any] | None = None) -> dict[str, Any]:
     """results.json: every (formulation, D) cell; ``per_formulation`` picks each
     formulation's default depth (Fig. 2 left, Sec. 4: D = 5), or its only depth;
     ``per_depth`` lists each formulation's cells by D (Fig. 2 right for equations)."""
