@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from stackedheads import layout
 from stackedheads.circuits.paths import CircuitPath, path_kind
 from stackedheads.claims._core import FAIL, INCONCLUSIVE, NUM, PASS, Each, combine, read_json
 
@@ -25,6 +26,16 @@ DISCOVERY_SUMMARY = {
     "paths": [list], "n_useful_heads": int, "theory_min_heads": int, "threshold?": NUM, "heads_with_paths?": [list],
     "losses?": [{"ablation": str, **_LOSSES}], "serves?": Each([int]), "diagnosis?": [dict], "mapped_rows?": [list],
 }
+
+
+def heads_in(config: dict) -> int:
+    """Attention heads of the model a training config (as a run's summary.json holds it) describes.
+
+    Its model settings are nested under "model", or at the top level in a run written before the
+    config was nested: the format :meth:`stackedheads.training.TrainConfig.from_dict` reads,
+    not called here because it would load torch to judge claims from files."""
+    model = config.get("model", config)
+    return model["n_layers"] * model["n_heads"]
 
 
 def learned(train: dict, seed: str) -> tuple[bool, str]:
@@ -183,12 +194,13 @@ def stage_from_files(stage_dir: Path, run_name: str) -> dict | None:
 
     Circuits whose run summary is gone (a reference whose run folder was lost) keep ``train``
     None and name the file in ``missing``: the claims that need it say so instead of NOT RUN."""
-    train = read_json(stage_dir / "runs" / run_name / "summary.json", TRAIN_SUMMARY, stage_dir)
-    found = {p.parent.name[4:]: read_discovery(p, stage_dir) for p in sorted((stage_dir / "discovered").glob("seed*/summary.json"))}
+    train = read_json(layout.training_run(stage_dir, run_name) / "summary.json", TRAIN_SUMMARY, stage_dir)
+    found = {p.parent.name[4:]: read_discovery(p, stage_dir) for p in sorted(layout.discovered(stage_dir).glob("seed*/summary.json"))}
     if not found:
         return None
     if not train:
-        return {"train": None, "missing": f"{stage_dir.name}/runs/{run_name}/summary.json", "circuits": found}
+        missing = layout.training_run(Path(stage_dir.name), run_name) / "summary.json"
+        return {"train": None, "missing": missing.as_posix(), "circuits": found}
     return {"train": train, "circuits": {s: f for s, f in found.items() if s in train["seeds"]}}
 
 

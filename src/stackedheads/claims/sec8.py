@@ -7,6 +7,7 @@ from pathlib import Path
 from stackedheads.claims._circuits import (
     first_head_pairs,
     gated,
+    heads_in,
     heads_text,
     kept_below,
     no_summary,
@@ -46,8 +47,7 @@ def circuit_claims(stage: dict | None) -> list[Claim]:
     train, found = stage["train"], stage["circuits"]
     if train is None:  # A1 reads the final losses and A2-A5 are gated on them
         return [Claim(sec, k, p, no_summary(stage), INCONCLUSIVE) for k, p in ps.items()]
-    model = train["config"].get("model", train["config"])  # nested since configs were split
-    n_heads = model["n_layers"] * model["n_heads"]
+    n_heads = heads_in(train["config"])
     depth = train["config"]["task"]["depth"]
     seeds = sorted(found, key=int)
 

@@ -15,7 +15,7 @@ from stackedheads.claims._core import (
     Section,
     not_run,
 )
-from stackedheads.layout import EMERGENCE_RUN
+from stackedheads.layout import EMERGENCE_RUN, timeline
 
 SEC9 = "9 Emergence in transformer D"
 
@@ -134,5 +134,5 @@ def emergence_claims(stage: dict | None, timeline_dir: Path | None) -> list[Clai
 
 SECTIONS.register("sec9", Section(
     SEC9, 9, "emergence",
-    lambda run: emergence_claims(stage_from_files(Path(run) / "emergence", EMERGENCE_RUN), Path(run) / "emergence" / "timeline"),
+    lambda run: emergence_claims(stage_from_files(Path(run) / "emergence", EMERGENCE_RUN), timeline(Path(run) / "emergence")),
 ))
