@@ -36,7 +36,7 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=20)
     args = ap.parse_args()
-    keep_freed_memory()  # as train() does
+    keep_freed_memory()  # as a training process does (perf.configure_process: the CLI, the workers)
 
     task = VectorTaskConfig(depth=args.depth)
     cache: dict = {}

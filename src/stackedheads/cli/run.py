@@ -17,6 +17,7 @@ from stackedheads.cli._app import (
     THREADS_HELP,
     WORKERS_HELP,
     app,
+    apply_threads,
     console,
     progress_bar,
 )
@@ -64,6 +65,7 @@ def reproduce_cmd(
     elif given:  # options for the preset's own model: validated (and refused where its backend lacks them) like any
         choice = replace(resolve_llm(chosen, None), **given)
     runner = make_executor(executor, ray_address, workers=workers, threads=threads)  # validates the options
+    apply_threads(threads, device or chosen.figure4.base.device)  # as train: local jobs may run in this process
     if executor == "local":
         runner = None  # reproduce trains local jobs itself, with a bar per job
     bar, factory = progress_bar("reproduce")

@@ -103,6 +103,7 @@ def sweep_figure4_cmd(
 
     spec = presets.figure4(preset, device=device, dtype=dtype)
     bar, runner, on_done = _sweep_runner("figure4", executor, ray_address, ray_cpus_per_job, workers, threads)
+    apply_threads(threads, spec.base.device)  # as train: local jobs may run in this process
     with bar:
         sweep.run_figure4(spec, out, runner, on_done=on_done)
     result = sec7.write_claims(out)
@@ -139,6 +140,7 @@ def sweep_depth_cmd(
     )
     depth.check_folder(spec, out)  # before the progress bar, so a refusal is one line
     bar, runner, on_done = _sweep_runner("depth", executor, ray_address, ray_cpus_per_job, workers, threads)
+    apply_threads(threads, spec.base.device)  # as train: local jobs may run in this process
     with bar:
         result = depth.run_depth(spec, out, runner, on_done=on_done)
     found = beyond.write_claims(out, result.rows)
