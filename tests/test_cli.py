@@ -160,3 +160,18 @@ def test_device_cuda_without_cuda_writes_nothing(tmp_path, command, cli):
     code, _, stderr = cli(*command, "--device", "cuda", "--out", str(out))
     assert code == 2 and "no CUDA device" in stderr and one_error(stderr)
     assert not out.exists()  # so the corrected re-run (--device cpu) is not refused
+
+
+def test_library_errors_name_fields_and_the_cli_writes_their_flags():
+    """Issue 28 item 4: a UsageError names the config fields it is about; the CLI writes each as
+    its flag (one mapping, cli._app.flag), and a worker process passes the fields on."""
+    from stackedheads.cli._app import flag, flag_text
+    from stackedheads.errors import UsageError
+    from stackedheads.executors import _worker_error
+
+    e = UsageError("out: 'n_threads' must be >= 1; choose another 'out'", fields=("n_threads", "out"))
+    assert flag_text(e) == "out: --threads must be >= 1; choose another --out"  # the bare word (a path) is left
+    assert [flag(f) for f in ("few_shot", "n_layers", "formulations", "n_seqs")] == ["--few-shot", "--layers", "--formulation", "--seqs"]
+    assert flag("concurrency", "--llm-") == "--llm-concurrency" and flag("n_threads", "--llm-") == "--llm-threads"
+    passed = _worker_error(json.dumps({"message": str(e), "fields": e.fields}))
+    assert str(passed) == str(e) and passed.fields == e.fields

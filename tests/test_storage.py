@@ -82,11 +82,12 @@ def test_a_done_marker_from_before_it_listed_files_is_trusted(tmp_path):
 
 def test_the_lock_message_offers_another_folder_only_where_there_is_one(tmp_path):
     with FolderLock(tmp_path, "a"):
-        with pytest.raises(UsageError, match="wait for it to finish or choose another --out"):
+        with pytest.raises(UsageError, match="wait for it to finish or choose another 'out'") as e:
             FolderLock(tmp_path, "b").__enter__()
+        assert e.value.fields == ("out",)  # the command line writes it as --out
         with pytest.raises(UsageError) as e:
             FolderLock(tmp_path, "b", elsewhere=None).__enter__()
-    assert str(e.value).endswith("wait for it to finish") and "--out" not in str(e.value)
+    assert str(e.value).endswith("wait for it to finish") and "out'" not in str(e.value) and not e.value.fields
 
 
 @pytest.mark.parametrize("seeds", [[-1], [2**63], [0, "1"], [], [True]])
@@ -153,6 +154,6 @@ def test_recorded_settings_are_checked_in_one_message_naming_what_differs(tmp_pa
         folder.settle("sweep.json", {"layers": [1, 2], "optim": {"lr": 0.002}, "seeds": [0]}, "the spec", "another specification")
     assert str(e.value) == (
         f"{tmp_path / 'run'} holds a figure4 sweep of another specification (optim.lr: 0.001 there, 0.002 asked; "
-        "seeds: (none) there, [0] asked); resume it with the same settings, or choose another --out"
+        "seeds: (none) there, [0] asked); resume it with the same settings, or choose another 'out'"
     )
     assert json.loads((tmp_path / "run" / "sweep.json").read_text())["optim"]["lr"] == 0.001  # a refusal writes nothing

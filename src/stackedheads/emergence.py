@@ -272,7 +272,7 @@ def emergence_run(run_dir: str | Path, out: str | Path, circuits_dir: str | Path
     """
     run_dir, out = Path(run_dir), Path(out)
     if not 1 <= n_seqs <= 100_000:  # 0 would average nothing (NaN attention read as "never")
-        raise UsageError(f"--seqs must be between 1 and 100000, got {n_seqs}")
+        raise UsageError(f"'n_seqs' must be between 1 and 100000, got {n_seqs}", fields=("n_seqs",))
     raw = _run_config(run_dir)
     check_seeds(raw.get("seeds"), run_dir / "config.json")  # seeds name the folders written below
     cfg = TrainConfig.from_dict(raw)

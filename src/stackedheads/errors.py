@@ -9,7 +9,16 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 
 class UsageError(ValueError):
-    """Bad input from a user: a bad argument, an out-of-range size, a missing file."""
+    """Bad input from a user: a bad argument, an out-of-range size, a missing file.
+
+    ``fields``: the settings (config fields, arguments) the message names, each in quotes as
+    the library spells it (``'few_shot' must be ...``); the command line writes each as the
+    flag that sets it (``--few-shot``). Quoted, so that a path or a value in the message that
+    happens to be the same word is never taken for it."""
+
+    def __init__(self, message: str = "", fields: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.fields = tuple(fields)
 
 
 # --- secrets -------------------------------------------------------------------------------------

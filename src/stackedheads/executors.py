@@ -102,7 +102,7 @@ class LocalExecutor:
         threads: int | None = None,
     ) -> None:
         if workers is not None and workers < 1:
-            raise UsageError(f"--workers must be >= 1, got {workers}")
+            raise UsageError(f"'workers' must be >= 1, got {workers}", fields=("workers",))
         check_threads(threads)
         self.progress_factory, self.workers, self.threads = progress_factory, workers, threads
 
@@ -186,7 +186,7 @@ def _run_in_processes(jobs, out: Path, workers: int, threads: int, progress_fact
                 lines = [line.strip() for line in err if line.strip()]
                 msg = lines[-1] if lines else f"exit status {proc.returncode}"
                 if proc.returncode == 2:  # the job's own one-line error (a bad config, a lock held)
-                    raise UsageError(msg)
+                    raise _worker_error(msg)
                 raise RuntimeError(f"training job {job.name} failed: {msg}")
             if on_done:
                 on_done(job)
@@ -195,6 +195,15 @@ def _run_in_processes(jobs, out: Path, workers: int, threads: int, progress_fact
             proc.terminate()
         for proc in running:
             proc.wait()
+
+
+def _worker_error(line: str) -> UsageError:
+    """The UsageError a worker reported (its message and fields as JSON, see worker.py)."""
+    try:
+        said = json.loads(line)
+        return UsageError(said["message"], tuple(said["fields"]))
+    except (ValueError, TypeError, KeyError):  # not the worker's line: it failed before reporting
+        return UsageError(line)
 
 
 def _relay(stream, bar) -> None:
@@ -296,7 +305,7 @@ def check_reachable(address: str, timeout: float = RAY_CONNECT_TIMEOUT_S) -> Non
     try:
         host, port = parts.hostname, parts.port
     except ValueError:
-        raise UsageError(f"--ray-address {address!r} is not host:port") from None
+        raise UsageError(f"'address' {address!r} is not host:port", fields=("address",)) from None
     if not host or port is None:
         return
     try:
@@ -311,10 +320,13 @@ def make_executor(
 ) -> Executor:
     if name == "local":
         if address is not None:
-            raise UsageError("--ray-address needs --executor ray")
+            raise UsageError("'address' needs the ray executor", fields=("address",))
         return LocalExecutor(progress_factory, workers, threads)
     if workers is not None or threads is not None:
-        raise UsageError("--workers and --threads are for --executor local; Ray sizes tasks by --ray-cpus-per-job")
+        raise UsageError(
+            "'workers' and 'threads' are for the local executor; Ray sizes tasks by 'cpus_per_job'",
+            fields=("workers", "threads", "cpus_per_job"),
+        )
     if name == "ray":
         return RayExecutor(address, **ray_options)
     raise UsageError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTORS)}")

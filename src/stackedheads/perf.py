@@ -144,7 +144,10 @@ def check_threads(threads: int | None) -> None:
         return
     most = MAX_THREADS_PER_CORE * available_cores()
     if not 1 <= threads <= most:
-        raise UsageError(f"--threads must be between 1 and {most} ({MAX_THREADS_PER_CORE} per core of this machine), got {threads}")
+        raise UsageError(
+            f"'threads' must be between 1 and {most} ({MAX_THREADS_PER_CORE} per core of this machine), got {threads}",
+            fields=("threads",),
+        )
 
 
 def thread_count(threads: int | None, device: str = "cpu") -> int:

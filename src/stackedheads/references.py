@@ -79,7 +79,7 @@ def git_commit(where: Path) -> str:
 
 def _checked_wall_s(wall_s: float | None) -> float | None:
     if wall_s is not None and not (math.isfinite(wall_s) and wall_s >= 0):
-        raise UsageError(f"--wall-s must be a finite number of seconds >= 0, got {wall_s}")
+        raise UsageError(f"'wall_s' must be a finite number of seconds >= 0, got {wall_s}", fields=("wall_s",))
     return wall_s
 
 
@@ -100,10 +100,10 @@ def _kept(src: Path, include: tuple[str, ...]) -> list[str]:
     for pattern in include:
         parts = PurePosixPath(pattern).parts
         if not pattern.strip() or PurePosixPath(pattern).is_absolute() or ".." in parts:
-            raise UsageError(f"--include {pattern!r}: a glob relative to {src}, inside it (no leading / and no '..')")
+            raise UsageError(f"'include' {pattern!r}: a glob relative to {src}, inside it (no leading / and no '..')", fields=("include",))
         matched = [_inside(src, p) for p in sorted(src.glob(pattern)) if p.suffix in KEPT_SUFFIXES and (p.is_symlink() or p.is_file())]
         if not matched:
-            raise UsageError(f"--include {pattern!r} matches no {'/'.join(KEPT_SUFFIXES)} file in {src}")
+            raise UsageError(f"'include' {pattern!r} matches no {'/'.join(KEPT_SUFFIXES)} file in {src}", fields=("include",))
         chosen += matched
     return list(dict.fromkeys(chosen))
 

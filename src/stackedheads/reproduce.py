@@ -57,16 +57,16 @@ class LLMChoice:
 
     def __post_init__(self) -> None:  # before reproduce() writes anything
         if self.concurrency < 1:
-            raise UsageError(f"--llm-concurrency must be >= 1, got {self.concurrency}")
+            raise UsageError(f"'concurrency' must be >= 1, got {self.concurrency}", fields=("concurrency",))
         if self.threads is not None and self.threads < 1:
-            raise UsageError(f"--llm-threads must be >= 1, got {self.threads}")
+            raise UsageError(f"'threads' must be >= 1, got {self.threads}", fields=("threads",))
 
     def check(self) -> None:
         """Refuse now what would stop the llm stage at once: config.json records the choice
         before the stages run, and a corrected re-run must not find another choice there."""
         from stackedheads.llm.backends import check_backend
 
-        check_backend(self.backend, llm_models(self), self.backend_options(), flag_prefix="--llm-")
+        check_backend(self.backend, llm_models(self), self.backend_options())
 
     def backend_options(self) -> dict:
         """What this choice sets for its backend; None (or this class's default) leaves the
@@ -165,7 +165,7 @@ def llm_models(choice: LLMChoice) -> list[str]:
     """The models of an LLM choice: ``model`` may be a comma-separated list."""
     names = [m.strip() for m in choice.model.split(",") if m.strip()]
     if not names:
-        raise UsageError("--llm-model is empty")
+        raise UsageError("'model' is empty", fields=("model",))
     return list(dict.fromkeys(names))
 
 
@@ -309,8 +309,8 @@ def resolve_llm(preset: ReproducePreset, choice: LLMChoice | None) -> LLMChoice:
         return choice
     if preset.llm.model is None:
         raise UsageError(
-            f"the {preset.name} preset benchmarks a model you name: give --llm-backend and --llm-model "
-            "(e.g. --llm-backend openai --llm-model gpt-4o), or --skip llm"
+            f"the {preset.name} preset benchmarks a model you name: give its 'backend' and 'model' "
+            "(e.g. 'backend' openai 'model' gpt-4o), or 'skip' llm", fields=("backend", "model", "skip"),
         )
     return preset.llm.model
 
@@ -334,7 +334,7 @@ def reproduce(
     """
     unknown = [s for s in skip if s not in STAGES]
     if unknown:
-        raise UsageError(f"unknown stage {unknown[0]!r} in --skip; stages are {', '.join(STAGES)}")
+        raise UsageError(f"unknown stage {unknown[0]!r} in 'skip'; stages are {', '.join(STAGES)}", fields=("skip",))
     choice = None if "llm" in skip else resolve_llm(preset, llm)
     if choice is not None:
         choice.check()  # before anything is written
@@ -345,7 +345,7 @@ def reproduce(
         import torch
 
         if not torch.cuda.is_available():
-            raise UsageError("--device cuda was asked for but no CUDA device is available")
+            raise UsageError("'device' cuda was asked for but no CUDA device is available", fields=("device",))
     out = Path(out_dir)
     folder = RunFolder(out, "reproduce run")
     with folder.lock("reproduce"):  # a second process on the folder gets one line

@@ -120,12 +120,12 @@ class FolderLock:
 
     def __init__(
         self, folder: str | Path, what: str = "this folder", reentrant: bool = False,
-        elsewhere: str | None = "choose another --out",
+        elsewhere: str | None = "choose another 'out'",
     ) -> None:
         self.folder = Path(folder)
         self.what = what
         self.reentrant = reentrant
-        self.elsewhere = elsewhere  # the way out besides waiting; None where the command has no other folder
+        self.elsewhere = elsewhere  # the way out besides waiting, naming 'out'; None where the command has no other folder
         self._fd: int | None = None
         self._key: Path | None = None
 
@@ -144,7 +144,9 @@ class FolderLock:
             holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
             os.close(fd)
             alternative = f" or {self.elsewhere}" if self.elsewhere else ""
-            raise UsageError(f"{self.folder} is in use by {holder}; wait for it to finish{alternative}") from None
+            raise UsageError(
+                f"{self.folder} is in use by {holder}; wait for it to finish{alternative}", fields=("out",) if alternative else (),
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
         self._fd = fd
@@ -251,10 +253,10 @@ class RunFolder:
 
     def check(self) -> None:
         if self.path.exists() and not self.path.is_dir():
-            raise UsageError(f"{self.path} exists and is not a folder; choose another --out")
+            raise UsageError(f"{self.path} exists and is not a folder; choose another 'out'", fields=("out",))
         other = sorted(folder_kinds(self.path) - {self.kind, *self.shares}) if self.path.is_dir() else []
         if other:
-            raise UsageError(f"{self.path} holds another kind of output ({', '.join(other)}); choose another --out")
+            raise UsageError(f"{self.path} holds another kind of output ({', '.join(other)}); choose another 'out'", fields=("out",))
 
     def lock(self, what: str) -> FolderLock:
         self.check()
@@ -273,7 +275,7 @@ class RunFolder:
         if old != new:
             raise UsageError(
                 f"{self.path} holds a {self.kind or 'run'} of {other} ({_differences(old, new)}); "
-                "resume it with the same settings, or choose another --out"
+                "resume it with the same settings, or choose another 'out'", fields=("out",),
             )
 
     def settle(self, name: str, settings: dict, what: str, other: str) -> None:

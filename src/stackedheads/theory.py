@@ -145,7 +145,7 @@ MAX_DEPTH = 200  # the table costs ~max_depth**3 (a few seconds at 200); the pap
 def theory_table(max_depth: int) -> list[TheoryRow]:
     """One :class:`TheoryRow` per ``D = 1..max_depth`` (at most :data:`MAX_DEPTH`)."""
     if not 1 <= max_depth <= MAX_DEPTH:
-        raise UsageError(f"--max-depth must be between 1 and {MAX_DEPTH}, got {max_depth}")
+        raise UsageError(f"'max_depth' must be between 1 and {MAX_DEPTH}, got {max_depth}", fields=("max_depth",))
     return [theory_row(d) for d in range(1, max_depth + 1)]
 
 

@@ -1,6 +1,7 @@
 """``python -m stackedheads.worker``: one training job in its own process (the local executor
 with ``workers > 1``). Reads the job as JSON on stdin, reports ``done total`` lines on stdout,
-and ends with exit 0, or 2 and one line on stderr for a user error (a bad config, a held lock)."""
+and ends with exit 0, or 2 and one line on stderr for a user error (a bad config, a held lock):
+the UsageError's message and fields as JSON."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def main() -> None:
         configure_process(spec["threads"], job.config.device)  # this process is the job's
         run_job(job, spec["out"], progress, spec["threads"])
     except UsageError as e:
-        print(e, file=sys.stderr)
+        print(json.dumps({"message": str(e), "fields": e.fields}), file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:  # the parent was interrupted too; the job resumes next time
         sys.exit(130)

@@ -20,7 +20,7 @@ set_openmp_policy()
 
 # isort: off
 from stackedheads.cli import llm, mechanisms, run, tasks, training  # noqa: E402, F401  (they add the verbs)
-from stackedheads.cli._app import app  # noqa: E402
+from stackedheads.cli._app import app, flag_text  # noqa: E402
 from stackedheads.errors import UsageError  # noqa: E402
 # isort: on
 
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
         rv = app(args=argv, standalone_mode=False)
     except (UsageError, TyperException) as e:
         # typer vendors click: its usage errors are TyperExceptions with format_message().
-        msg = e.format_message() if hasattr(e, "format_message") else str(e)
+        msg = e.format_message() if hasattr(e, "format_message") else flag_text(e)
         if not msg.strip():  # a bare `stackedheads`: typer has already shown the help
             sys.exit(0)
         fail(msg, 2)

@@ -89,8 +89,26 @@ def parse_names(text: str) -> tuple[str, ...]:
 # Fields a run does not take from the command line: the task's seed (each member has its own)
 # and the model's input/output sizes (they follow the task).
 NOT_OPTIONS = {"seed", "d_in", "d_out", "n_queries"}
-# Shorter names kept from before the options were generated.
-OPTION_NAMES = {"n_layers": "layers", "n_heads": "heads"}
+# The flag of a field is "--" and its name with dashes, except these: train's shorter names
+# kept from before its options were generated, and the flags of library arguments named
+# otherwise (a UsageError names fields, the CLI shows their flags: see flag_text).
+OPTION_NAMES = {
+    "n_layers": "layers", "n_heads": "heads", "n_threads": "threads", "formulations": "formulation",
+    "depths": "depth", "n_seqs": "seqs", "address": "ray-address", "cpus_per_job": "ray-cpus-per-job",
+}
+
+
+def flag(field: str, prefix: str = "--") -> str:
+    """The flag that sets ``field`` (``prefix``: ``--llm-`` for reproduce's LLM choice)."""
+    return prefix + OPTION_NAMES.get(field, field).replace("_", "-")
+
+
+def flag_text(error: UsageError, flag_of=flag) -> str:
+    """``error``'s message with each field it names written as its flag."""
+    text = str(error)
+    for name in error.fields:
+        text = text.replace(f"'{name}'", flag_of(name))
+    return text
 
 
 def config_fields() -> list[tuple[str, type, str]]:
@@ -119,16 +137,16 @@ def config_parameters() -> list:
 
     params = []
     for name, tp, help_text in config_fields():
-        flag = "--" + OPTION_NAMES.get(name, name).replace("_", "-")
+        option_flag = flag(name)
         base = typing.get_args(tp)[0] if typing.get_origin(tp) in (typing.Union, __import__("types").UnionType) else tp
         if base is bool:
-            option = typer.Option(None, f"{flag}/--no-{flag[2:]}", help=help_text)
+            option = typer.Option(None, f"{option_flag}/--no-{option_flag[2:]}", help=help_text)
             annotation = typing.Optional[bool]
         elif typing.get_origin(base) is tuple:  # seeds, betas, decay_exempt: a comma list
-            option = typer.Option(None, flag, help=help_text + " (a comma list)")
+            option = typer.Option(None, option_flag, help=help_text + " (a comma list)")
             annotation = typing.Optional[str]
         else:
-            option = typer.Option(None, flag, help=help_text)
+            option = typer.Option(None, option_flag, help=help_text)
             annotation = typing.Optional[base]
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation))
     return params
@@ -142,5 +160,5 @@ def config_overrides(values: dict) -> dict:
     parsers = {"seeds": parse_seeds, "betas": lambda t: parse_floats(t, "--betas"), "decay_exempt": parse_names}
     for name, value in values.items():
         if isinstance(value, float) and not math.isfinite(value):
-            raise UsageError(f"--{OPTION_NAMES.get(name, name).replace('_', '-')} must be a finite number, got {value}")
+            raise UsageError(f"{flag(name)} must be a finite number, got {value}")
     return {k: parsers[k](v) if k in parsers and v is not None else v for k, v in values.items()}

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Optional
 
@@ -19,10 +21,25 @@ from stackedheads.cli._app import (
     app,
     apply_threads,
     console,
+    flag,
+    flag_text,
     progress_bar,
 )
 from stackedheads.errors import UsageError
 from stackedheads.llm.backends import BACKENDS
+
+
+@contextmanager
+def _llm_flags() -> Iterator[None]:
+    """Errors about reproduce's LLM choice name its --llm-* flags: the fields of LLMChoice, and
+    its backend's n_threads (set by --llm-threads)."""
+    from stackedheads.reproduce import LLMChoice
+
+    llm = {f.name for f in fields(LLMChoice)} | {"n_threads"}
+    try:
+        yield
+    except UsageError as e:
+        raise UsageError(flag_text(e, lambda name: flag(name, "--llm-" if name in llm else "--"))) from None
 
 
 @app.command("reproduce")
@@ -60,10 +77,14 @@ def reproduce_cmd(
     choice = None
     if "llm" in skip and (given or llm_backend is not None):
         raise UsageError("--llm-* options do not apply with --skip llm")
-    if llm_backend is not None:
-        choice = LLMChoice(llm_backend, llm_model, **given)
-    elif given:  # options for the preset's own model: validated (and refused where its backend lacks them) like any
-        choice = replace(resolve_llm(chosen, None), **given)
+    with _llm_flags():
+        if llm_backend is not None:
+            choice = LLMChoice(llm_backend, llm_model, **given)
+        elif given:  # options for the preset's own model: validated (and refused where its backend lacks them) like any
+            choice = replace(resolve_llm(chosen, None), **given)
+        if "llm" not in skip:
+            choice = resolve_llm(chosen, choice)
+            choice.check()  # here, so that its errors name the --llm-* flags (reproduce() checks it again)
     runner = make_executor(executor, ray_address, workers=workers, threads=threads)  # validates the options
     apply_threads(threads, device or chosen.figure4.base.device)  # as train: local jobs may run in this process
     if executor == "local":

@@ -89,18 +89,20 @@ class BenchConfig:
             if f not in FORMULATIONS:
                 raise UsageError(f"unknown formulation {f!r}; choose all or one of: {', '.join(FORMULATIONS)}")
         if self.n < 1:
-            raise UsageError(f"--n must be >= 1, got {self.n}")
+            raise UsageError(f"'n' must be >= 1, got {self.n}", fields=("n",))
         if not 0 <= self.few_shot <= MAX_FEW_SHOT:
-            raise UsageError(f"--few-shot must be between 0 and {MAX_FEW_SHOT}, got {self.few_shot}")
+            raise UsageError(f"'few_shot' must be between 0 and {MAX_FEW_SHOT}, got {self.few_shot}", fields=("few_shot",))
         if self.max_draws < 1:
-            raise UsageError(f"--max-draws must be >= 1, got {self.max_draws}")
+            raise UsageError(f"'max_draws' must be >= 1, got {self.max_draws}", fields=("max_draws",))
         if self.max_tokens < 1:
-            raise UsageError(f"--max-tokens must be >= 1, got {self.max_tokens}")
+            raise UsageError(f"'max_tokens' must be >= 1, got {self.max_tokens}", fields=("max_tokens",))
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
-            raise UsageError(f"--temperature must be >= 0, got {self.temperature}")
+            raise UsageError(f"'temperature' must be >= 0, got {self.temperature}", fields=("temperature",))
         if self.temperature == 0 and self.max_draws > 1:
             # Greedy decoding repeats itself: resampling (App. A) needs temperature > 0.
-            raise UsageError("--temperature 0 cannot resample: give a temperature > 0 or --max-draws 1")
+            raise UsageError(
+                "'temperature' 0 cannot resample: give a temperature > 0 or 'max_draws' 1", fields=("temperature", "max_draws"),
+            )
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -121,7 +123,7 @@ def parse_formulations(text: str) -> tuple[str, ...]:
         if f not in FORMULATIONS:
             raise UsageError(f"unknown formulation {f!r}; choose all or one of: {', '.join(FORMULATIONS)}")
     if not names:
-        raise UsageError("--formulation is empty")
+        raise UsageError("'formulations' is empty", fields=("formulations",))
     return names
 
 
@@ -141,7 +143,7 @@ def parse_depths(text: str | None) -> tuple[int, ...] | None:
             else:
                 depths.add(int(part))
     except ValueError:
-        raise UsageError(f"--depth must be D, A-B or a comma list, got {text!r}") from None
+        raise UsageError(f"'depths' must be D, A-B or a comma list, got {text!r}", fields=("depths",)) from None
     if min(depths) < 1:
         raise UsageError(f"depths must be >= 1, got {text!r}")
     return tuple(sorted(depths))

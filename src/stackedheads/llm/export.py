@@ -112,7 +112,7 @@ def export_questions(
         raise UsageError(f"few_shot_pool must be >= 0, got {few_shot_pool}")
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise UsageError(f"--export {out} exists and is not a folder")
+        raise UsageError(f"{out} exists and is not a folder")
     data, lm = out / "data", out / "lm_eval"
     data.mkdir(parents=True, exist_ok=True)
     lm.mkdir(parents=True, exist_ok=True)

@@ -113,7 +113,7 @@ def check_folder(out: Path, identity: dict[str, Any], invocation: dict[str, Any]
     if saved is not None:
         old = saved.get("identity", {})
         if not isinstance(old, dict):
-            raise UsageError(f"{out / CONFIG} has the wrong shape (identity is not an object): use another --out")
+            raise UsageError(f"{out / CONFIG} has the wrong shape (identity is not an object): use another 'out'", fields=("out",))
         # On this identity's fields: one an older config.json records and it no longer has is no difference.
         folder.require_same({k: old.get(k) for k in identity}, identity, "other settings")
         runs = saved.get("invocations", [])
@@ -124,7 +124,7 @@ def check_folder(out: Path, identity: dict[str, Any], invocation: dict[str, Any]
 
 def check_records(
     records: dict[str, dict[str, Any]], identity: dict[str, Any], samples: Path, vouched: bool,
-    advice: str = "use another --out",
+    advice: str = "use another 'out'",
 ) -> None:
     """Every answer must come from this run's identity (a samples.jsonl without its
     config.json, or copied from elsewhere, must not credit one model with another's answers).
@@ -136,5 +136,5 @@ def check_records(
             if rec.get(k, "(not recorded)") != want:
                 raise UsageError(
                     f"{samples} holds answers of another run ({key}: {k} {str(rec.get(k, '(not recorded)'))[:60]!r} "
-                    f"there, {want!r} expected); {advice}"
+                    f"there, {want!r} expected); {advice}", fields=("out",),
                 )

@@ -164,7 +164,7 @@ class TrainConfig:
         if self.dtype not in DTYPE_CHOICES:
             raise UsageError(f"dtype must be one of {', '.join(DTYPE_CHOICES)}, got {self.dtype!r}")
         if self.dtype == "tf32" and not self.device.startswith("cuda"):
-            raise UsageError("dtype tf32 is a CUDA matmul mode: use it with --device cuda (float32 on a CPU)")
+            raise UsageError("dtype tf32 is a CUDA matmul mode: use it with 'device' cuda (float32 on a CPU)", fields=("device",))
         if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
             raise UsageError(f"device must be cpu or cuda, got {self.device!r}")
         if self.batch_size > self.task.n_train:
@@ -322,6 +322,6 @@ def check_device(device: str) -> None:
     try:
         kind = torch.device(device).type
     except RuntimeError:  # e.g. cuda:x
-        raise UsageError(f"--device must be cpu, cuda or cuda:N, got {device!r}") from None
+        raise UsageError(f"'device' must be cpu, cuda or cuda:N, got {device!r}", fields=("device",)) from None
     if kind == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda was asked for but no CUDA device is available")
+        raise UsageError("'device' cuda was asked for but no CUDA device is available", fields=("device",))

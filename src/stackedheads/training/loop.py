@@ -71,7 +71,8 @@ def _check_finite(per_member: torch.Tensor, cfg: TrainConfig, step: int) -> None
         seeds = [s for s, b in zip(cfg.seeds, bad.tolist()) if b]
         raise UsageError(
             f"training diverged: the loss of seed(s) {seeds} is not finite at step {step}; "
-            f"lower --lr (now {cfg.optim.lr}) or set --grad-clip; checkpoints up to the last finite one are kept"
+            f"lower 'lr' (now {cfg.optim.lr}) or set 'grad_clip'; checkpoints up to the last finite one are kept",
+            fields=("lr", "grad_clip"),
         )
 
 

@@ -66,7 +66,7 @@ echo`` run it. The rules:
   ``n_threads`` (``--threads``); ``reproduce`` has ``--llm-*`` flags for the first four and
   ``n_threads``. An option the backend does not declare is refused in one line. A new option
   name needs its flag in ``cli/llm.py`` (and, for ``reproduce``, in ``cli/run.py`` and
-  ``reproduce.LLMChoice``); ``field(metadata={"flag": ...})`` names a flag that differs.
+  ``reproduce.LLMChoice``); a flag named otherwise than the option, in ``cli._app.OPTION_NAMES``.
 - :meth:`BackendOptions.public` is written to ``config.json``: never make a secret an
   option (name the environment variable that holds it, like ``api_key_env``); pass it to
   :func:`~stackedheads.errors.register_secret`, server text through :func:`clean_text`, and

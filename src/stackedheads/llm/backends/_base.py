@@ -104,9 +104,10 @@ class BackendSpec(Generic[O]):
         build: ``(model, options) -> Backend``, e.g. the backend class itself.
         needs: a module it imports (``reproduce`` checks it is installed before starting).
         install: how to get ``needs``.
-        check: ``(model, options, flag)``: raise UsageError now for what would stop the run at
-            its start, without loading a model; ``flag("base_url")`` is the option's flag as
-            the caller spells it (``--base-url``, ``--llm-base-url``).
+        check: ``(model, options)``: raise UsageError now for what would stop the run at its
+            start, without loading a model; name an option as a field
+            (``UsageError("'base_url' ...", fields=("base_url",))``): the command line writes
+            its flag as the command spells it (``--base-url``, ``--llm-base-url``).
         prepare: ``(model, progress)``: make the model available (download it) before
             ``reproduce`` times the benchmark; ``progress(label, done, total)`` or None.
     """
@@ -116,7 +117,7 @@ class BackendSpec(Generic[O]):
     build: Callable[[str, O], Backend]
     needs: str | None = None
     install: str = "pip install 'stackedheads[llm]'"
-    check: Callable[[str, O, Callable[[str], str]], None] | None = None
+    check: Callable[[str, O], None] | None = None
     prepare: Callable[[str, Callable[[str, int, int], None] | None], None] | None = None
 
 
@@ -124,28 +125,18 @@ class BackendSpec(Generic[O]):
 BACKENDS: Registry[BackendSpec] = Registry("backend", package="stackedheads.llm.backends")
 
 
-def _flag(option: str, prefix: str = "--") -> str:
-    """The flag that sets ``option``: a ``metadata["flag"]`` where a backend declares one
-    (``n_threads`` is ``--threads``), else the name with dashes."""
-    for _, spec in BACKENDS.items():
-        for f in fields(spec.options):
-            if f.name == option and "flag" in f.metadata:
-                return prefix + f.metadata["flag"]
-    return prefix + option.replace("_", "-")
-
-
-def backend_options(name: str, options: dict[str, Any], flag_prefix: str = "--") -> BackendOptions:
+def backend_options(name: str, options: dict[str, Any]) -> BackendOptions:
     """The options of backend ``name`` from ``options``: ``None`` leaves one at its default;
-    one the backend does not take is a UsageError naming its flag (``flag_prefix`` + name)."""
+    one the backend does not take is a UsageError naming it."""
     spec = BACKENDS.get(name)
     given = {k: v for k, v in options.items() if v is not None}
     taken = {f.name for f in fields(spec.options)}
     for k in given:
         if k not in taken:
-            raise UsageError(f"{_flag(k, flag_prefix)} does not apply to backend {name}")
+            raise UsageError(f"'{k}' does not apply to backend {name}", fields=(k,))
     mode = given.get("mode")
     if mode is not None and mode not in MODES:
-        raise UsageError(f"unknown {flag_prefix}mode {mode!r}; choose chat or completion")
+        raise UsageError(f"unknown 'mode' {mode!r}; choose chat or completion", fields=("mode",))
     return spec.options(**given)
 
 
@@ -155,19 +146,19 @@ def make_backend(name: str, model: str, **options: Any) -> Backend:
     return BACKENDS.get(name).build(model, backend_options(name, options))
 
 
-def check_backend(name: str, models: Sequence[str], options: dict[str, Any], flag_prefix: str = "--") -> None:
+def check_backend(name: str, models: Sequence[str], options: dict[str, Any]) -> None:
     """Refuse now, loading nothing, what would stop a run of ``models`` at its start: an
     unknown backend, options it does not take, a missing package, what its ``check`` refuses.
     ``reproduce`` records its choice before it runs, so it asks first."""
     if name not in BACKENDS:
-        raise UsageError(f"unknown {flag_prefix}backend {name!r}; choose one of: {', '.join(BACKENDS)}")
+        raise UsageError(f"unknown 'backend' {name!r}; choose one of: {', '.join(BACKENDS)}", fields=("backend",))
     spec = BACKENDS[name]
-    opts = backend_options(name, options, flag_prefix)
+    opts = backend_options(name, options)
     if spec.needs and importlib.util.find_spec(spec.needs) is None:
-        raise UsageError(f"{flag_prefix}backend {name} needs {spec.needs}: {spec.install}")
+        raise UsageError(f"'backend' {name} needs {spec.needs}: {spec.install}", fields=("backend",))
     if spec.check is not None:
         for model in models:
-            spec.check(model, opts, lambda option: _flag(option, flag_prefix))
+            spec.check(model, opts)
 
 
 # --- retries -------------------------------------------------------------------------------------

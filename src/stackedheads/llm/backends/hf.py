@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from stackedheads.llm.backends._base import (
 
 @dataclass(frozen=True)
 class HFOptions(BackendOptions):
-    n_threads: int | None = field(default=None, metadata={"flag": "threads"})  # None: torch's
+    n_threads: int | None = None  # None: torch's
 
 
 class HFBackend:
@@ -48,7 +48,7 @@ class HFBackend:
         except (OSError, ValueError) as e:
             raise UsageError(f"cannot load {model!r} locally (never downloaded here): {short(str(e))}") from None
         if mode == "chat" and not getattr(self._tok, "chat_template", None):
-            raise UsageError(f"{model!r} has no chat template: use --mode completion")
+            raise UsageError(f"{model!r} has no chat template: use 'mode' completion", fields=("mode",))
         self._lm.eval()
         self._torch = torch
         self._threads = n_threads

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from stackedheads.errors import UsageError
@@ -21,7 +21,7 @@ from stackedheads.llm.backends._base import (
 
 @dataclass(frozen=True)
 class LlamaCppOptions(BackendOptions):
-    n_threads: int | None = field(default=None, metadata={"flag": "threads"})  # None: llama.cpp's
+    n_threads: int | None = None  # None: llama.cpp's
     n_ctx: int = 4096  # context length in tokens
 
 
@@ -52,7 +52,7 @@ class LlamaCppBackend:
         if mode not in MODES:
             raise UsageError(f"unknown mode {mode!r}; choose chat or completion")
         if n_threads is not None and n_threads < 1:
-            raise UsageError(f"--threads must be >= 1, got {n_threads}")
+            raise UsageError(f"'n_threads' must be >= 1, got {n_threads}", fields=("n_threads",))
         self.model, self.mode = model_name, mode
         try:
             self._llm = Llama(
@@ -95,13 +95,13 @@ def _build(model: str, o: LlamaCppOptions) -> LlamaCppBackend:
     return LlamaCppBackend(resolved.path, resolved.name, o.mode or resolved.default_mode, o.n_threads, o.n_ctx)
 
 
-def _check(model: str, o: LlamaCppOptions, flag: Callable[[str], str]) -> None:
+def _check(model: str, o: LlamaCppOptions) -> None:
     from stackedheads.llm.models import REGISTRY
 
     if model not in REGISTRY and not (model.lower().endswith(".gguf") and Path(model).expanduser().is_file()):
         raise UsageError(
-            f"unknown model {model!r} for {flag('backend')} llamacpp: give one of {', '.join(REGISTRY)} "
-            "or a path to a .gguf file"
+            f"unknown model {model!r} for 'backend' llamacpp: give one of {', '.join(REGISTRY)} "
+            "or a path to a .gguf file", fields=("backend",),
         )
 
 

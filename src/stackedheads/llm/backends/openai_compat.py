@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -46,13 +45,13 @@ class OpenAIOptions(BackendOptions):
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
-            raise UsageError(f"--concurrency must be >= 1, got {self.concurrency}")
+            raise UsageError(f"'concurrency' must be >= 1, got {self.concurrency}", fields=("concurrency",))
 
     def public(self) -> dict[str, Any]:
         return {**asdict(self), "base_url": public_url(self.base_url)}
 
 
-def check_base_url(url: str | None, flag: str = "--base-url") -> None:
+def check_base_url(url: str | None) -> None:
     """Refuse a server URL the client could not connect to (a port out of range failed deep in
     the network stack, as a 150-line exception group)."""
     if url is None:
@@ -61,11 +60,11 @@ def check_base_url(url: str | None, flag: str = "--base-url") -> None:
         parts = urlsplit(url)
         port = parts.port  # ValueError when not a number in 0-65535
     except ValueError as e:
-        raise UsageError(f"{flag} {public_url(url)!r} is not a valid URL ({e})") from None
+        raise UsageError(f"'base_url' {public_url(url)!r} is not a valid URL ({e})", fields=("base_url",)) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"{flag} {public_url(url)!r} is not an http(s)://host[:port]/... URL")
+        raise UsageError(f"'base_url' {public_url(url)!r} is not an http(s)://host[:port]/... URL", fields=("base_url",))
     if port == 0:
-        raise UsageError(f"{flag} {public_url(url)!r}: port 0 is no server's port")
+        raise UsageError(f"'base_url' {public_url(url)!r}: port 0 is no server's port", fields=("base_url",))
 
 
 class OpenAIBackend:
@@ -98,9 +97,9 @@ class OpenAIBackend:
         if mode not in MODES:
             raise UsageError(f"unknown mode {mode!r}; choose chat or completion")
         if not 0 < timeout < float("inf"):  # also refuses nan
-            raise UsageError(f"--timeout must be > 0 seconds, got {timeout}")
+            raise UsageError(f"'timeout' must be > 0 seconds, got {timeout}", fields=("timeout",))
         if max_retries < 0:
-            raise UsageError(f"--max-retries must be >= 0, got {max_retries}")
+            raise UsageError(f"'max_retries' must be >= 0, got {max_retries}", fields=("max_retries",))
         check_base_url(base_url)
         key = os.environ.get(api_key_env)
         register_secret(key)
@@ -109,7 +108,7 @@ class OpenAIBackend:
             if base_url is None:
                 raise UsageError(
                     f"no API key: set ${api_key_env} (or name another variable with "
-                    "--api-key-env), or give --base-url for a local server"
+                    "'api_key_env'), or give 'base_url' for a local server", fields=("api_key_env", "base_url"),
                 )
             key = "sk-no-key"  # local servers ignore it; the client insists on one
         self.model = model
@@ -214,10 +213,10 @@ def _build(model: str, o: OpenAIOptions) -> OpenAIBackend:
     return OpenAIBackend(model, o.base_url, o.mode or "chat", o.api_key_env, o.timeout, o.max_retries, o.concurrency)
 
 
-def _check(model: str, o: OpenAIOptions, flag: Callable[[str], str]) -> None:
-    check_base_url(o.base_url, flag("base_url"))
+def _check(model: str, o: OpenAIOptions) -> None:
+    check_base_url(o.base_url)
     if o.base_url is None and not os.environ.get(o.api_key_env):
-        raise UsageError(f"no API key: set ${o.api_key_env}, or give {flag('base_url')} for a local server")
+        raise UsageError(f"no API key: set ${o.api_key_env}, or give 'base_url' for a local server", fields=("base_url",))
 
 
 BACKENDS.register(
