@@ -429,9 +429,8 @@ class FakeOpenAIServer:
         self.httpd.server_close()
 
 
-def _one_request(backend: OpenAIBackend, q=None) -> Generation:
-    q = q or generate("equations", 2, seed=0, index=0)
-    req = bench.build_request(q, [], backend.mode, BenchConfig(n=1), 0)
+def _complete(backend: OpenAIBackend, req) -> Generation:
+    """One request through the backend, closing it after."""
 
     async def go():
         try:
@@ -440,6 +439,11 @@ def _one_request(backend: OpenAIBackend, q=None) -> Generation:
             await backend.aclose()
 
     return asyncio.run(go())
+
+
+def _one_request(backend: OpenAIBackend, q=None) -> Generation:
+    q = q or generate("equations", 2, seed=0, index=0)
+    return _complete(backend, bench.build_request(q, [], backend.mode, BenchConfig(n=1), 0))
 
 
 def test_openai_retries_429_honouring_retry_after(monkeypatch):
@@ -842,18 +846,8 @@ MALFORMED = {
 
 
 def _one(backend: OpenAIBackend) -> Generation:
-    import asyncio
-
-    req = Request(None, "Question: x\nAnswer:", 1.0, 8, 0)
     backend.mode = "completion"
-
-    async def go():
-        try:
-            return await backend.complete(req)
-        finally:
-            await backend.aclose()
-
-    return asyncio.run(go())
+    return _complete(backend, Request(None, "Question: x\nAnswer:", 1.0, 8, 0))
 
 
 @pytest.mark.parametrize("kind", sorted(MALFORMED))
