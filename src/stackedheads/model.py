@@ -566,12 +566,8 @@ def clip_grad_norm_per_member_(model: EnsembleTransformer, max_norm: float) -> T
 
 
 def _member_sum(t: Tensor) -> Tensor:
-    """Sum of everything but the member axis, ``(E,)``, one axis at a time from the last: each
-    step keeps many outputs, so PyTorch never splits one sum across threads (bit-identical
-    results for any thread count)."""
-    while t.ndim > 1:
-        t = t.sum(dim=-1)
-    return t
+    """Sum of everything but the member axis, ``(E,)``."""
+    return t.flatten(1).sum(dim=1)
 
 
 def count_parameters(config: ModelConfig) -> int:
