@@ -57,6 +57,20 @@ def test_lr_schedule_shape(steps, warm_frac, schedule, floor):
         assert math.isclose(after[-1], cfg.optim.lr * floor, abs_tol=1e-12)
 
 
+@settings(max_examples=40, deadline=None)
+@given(steps=st.integers(2, 300), longer=st.integers(0, 300), warm=st.integers(0, 50), schedule=st.sampled_from(["cosine", "linear"]))
+def test_decay_steps_makes_a_run_the_start_of_a_longer_schedule(steps, longer, warm, schedule):
+    """decay_steps (nanoGPT's lr_decay_iters): a run of ``steps`` follows, step for step, the
+    schedule of a run of ``decay_steps``; decay_steps == steps is the default."""
+    warm = min(warm, steps - 1)
+    base = presets.SMOKE.override(steps=steps + longer, warmup_steps=warm, schedule=schedule)
+    full = base
+    cut = base.override(steps=steps, decay_steps=steps + longer)
+    assert [cut.lr_at(s) for s in range(steps)] == [full.lr_at(s) for s in range(steps)]
+    assert [base.override(steps=steps, decay_steps=steps).lr_at(s) for s in range(steps)] == [
+        base.override(steps=steps).lr_at(s) for s in range(steps)]
+
+
 def test_paper_presets_train_with_the_gpt2_recipe():
     """What the README promises for the paper presets, checked through what training does with
     them: the learning rate the loop sets at each step, which parameters AdamW decays, and how
@@ -87,7 +101,8 @@ def test_paper_presets_train_with_the_gpt2_recipe():
 @pytest.mark.parametrize(
     "field,value",
     [("lr", float("nan")), ("lr", float("inf")), ("grad_clip", -1.0), ("schedule", "step"), ("min_lr_ratio", 1.5),
-     ("warmup_steps", 30), ("betas", (0.9, 1.0)), ("decay_exempt", ("gains",)), ("steps_per_epoch", 0)],
+     ("warmup_steps", 30), ("betas", (0.9, 1.0)), ("decay_exempt", ("gains",)), ("steps_per_epoch", 0),
+     ("decay_steps", 5), ("decay_steps", 0), ("decay_steps", 2.5), ("decay_steps", True), ("decay_steps", 10**10)],
 )
 def test_bad_recipe_values_are_refused(field, value):
     with pytest.raises(UsageError):
@@ -120,6 +135,17 @@ def test_recipe_changes_the_trajectory(tmp_path):
     a = train(RECIPE, tmp_path / "recipe")
     b = train(plain, tmp_path / "plain")
     assert a["seeds"]["0"]["final_val_loss"] != b["seeds"]["0"]["final_val_loss"]
+
+
+def test_a_run_cut_from_a_longer_schedule_trains_as_its_start(tmp_path):
+    """The CPU twins train the first 2,000 steps of a 4,000-step schedule (presets.SEC8_QUICK):
+    the shorter run's evaluations match the longer run's at the steps both evaluate."""
+    cut = train(RECIPE.override(steps=20, decay_steps=30), tmp_path / "cut")
+    train(RECIPE, tmp_path / "full")
+    rows = {(r["step"], r["seed"]): r for r in metrics_without_wall(tmp_path / "full")}
+    shared = [r for r in metrics_without_wall(tmp_path / "cut") if r["step"] in (10, 20)]
+    assert len(shared) == 4 and all(r == rows[(r["step"], r["seed"])] for r in shared)
+    assert cut["config"]["optim"]["decay_steps"] == 30
 
 
 def test_resume_with_schedule_and_clipping_is_bit_identical(tmp_path):
@@ -250,11 +276,14 @@ def test_cli_lr_nan_is_refused_before_anything_is_written(tmp_path, cli_process)
     r = cli_process("train", "--preset", "smoke", "--lr", "nan", "--out", str(out))
     assert r.code == 2 and "Traceback" not in r.err and len(r.err.strip().splitlines()) == 1
     assert not out.exists()
+    r = cli_process("train", "--preset", "smoke", "--decay-steps", "1", "--out", str(out))
+    assert r.code == 2 and "decay_steps" in r.err and len(r.err.strip().splitlines()) == 1 and not out.exists()
     r = cli_process("train", "--preset", "smoke", "--steps", "12", "--warmup-steps", "2", "--schedule", "linear",
-                "--grad-clip", "1", "--betas", "0.9,0.95", "--decay-exempt", "norm,bias", "--pe", "pair", "--out", str(out))
+                "--decay-steps", "24", "--grad-clip", "1", "--betas", "0.9,0.95", "--decay-exempt", "norm,bias", "--pe", "pair", "--out", str(out))
     assert r.code == 0, r.err
     saved = json.loads((out / "config.json").read_text())
     assert saved["optim"]["schedule"] == "linear" and saved["task"]["pe"] == "pair" and saved["optim"]["decay_exempt"] == ["norm", "bias"]
+    assert saved["optim"]["decay_steps"] == 24
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -58,6 +58,10 @@ class OptimConfig:
     min_lr_ratio: float = field(default=0.1, metadata={"help": (
         "... down to this fraction of lr at the last step."
     )})
+    decay_steps: int | None = field(default=None, metadata={"help": (
+        "the step the decay reaches min_lr_ratio (nanoGPT's lr_decay_iters); None: the run's "
+        "last step. Larger than steps: the run is the start of a longer schedule."
+    )})
     grad_clip: float = field(default=0.0, metadata={"help": (
         "gradient-norm clipping per ensemble member (0: off)."
     )})
@@ -77,6 +81,10 @@ class OptimConfig:
             raise UsageError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         if not 0 <= self.min_lr_ratio <= 1:
             raise UsageError(f"min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
+        if self.decay_steps is not None and (isinstance(self.decay_steps, bool) or not isinstance(self.decay_steps, int)
+                                             or not self.warmup_steps < self.decay_steps <= MAX_STEPS):
+            raise UsageError(f"decay_steps must be an integer above warmup_steps ({self.warmup_steps}) and at most "
+                             f"{MAX_STEPS:,}, got {self.decay_steps!r}", fields=("decay_steps",))
         if self.grad_clip < 0:
             raise UsageError(f"grad_clip must be >= 0 (0 = off), got {self.grad_clip}")
         if self.warmup_steps < 0:
@@ -260,7 +268,7 @@ class TrainConfig:
             return o.lr * (step + 1) / o.warmup_steps
         if o.schedule == "constant":
             return o.lr
-        span = max(1, self.steps - o.warmup_steps - 1)
+        span = max(1, (o.decay_steps or self.steps) - o.warmup_steps - 1)
         p = min(1.0, (step - o.warmup_steps) / span)
         decay = 0.5 * (1.0 + math.cos(math.pi * p)) if o.schedule == "cosine" else 1.0 - p
         return o.lr * (o.min_lr_ratio + (1.0 - o.min_lr_ratio) * decay)
