@@ -60,8 +60,8 @@ TWINS: dict[str, tuple[str, TrainConfig]] = {
                           presets.SEC8_QUICK.override(**SEEDS4)),
     "s9-d3-8L-4k": ("the N = 2 emergence twin at N = 4 (D = 3), 4,000 steps", S9.override(steps=4000)),
     "s9-d3-8L-mlp-4k": ("the same with MLPs (Sec. 9.1 removes them for speed only)", S9.override(mlp=True, steps=4000)),
-    "s9-d3-6L-d64-3k": ("the circuits twin's shape (6 layers, d_model 64, head size 64) without MLPs",
-                        S9.override(n_layers=6, d_model=64, d_head=None)),
+    "s9-d3-6L-d64-3k": ("the circuits twin's width and layers (6, d_model 64) with Sec. 9.1's head size 16, no MLP",
+                        S9.override(n_layers=6, d_model=64)),
 }
 STUDIES = {"n4": CANDIDATES, "twins": TWINS}
 
