@@ -122,6 +122,18 @@ def test_other_grid_in_the_same_folder_is_refused(tmp_path):
     assert not (tmp_path / "runs").exists()  # refused before any training
 
 
+def test_a_grid_written_before_an_unset_setting_existed_still_resumes(tmp_path):
+    """decay_steps (None: the run's own steps) came after depth.json files were written: such a
+    folder resumes; asking for a value of that setting is another grid."""
+    old = presets.depth("smoke").to_dict()
+    del old["base"]["optim"]["decay_steps"]
+    depth.atomic_write_json(tmp_path / depth.SPEC_FILE, old)
+    assert depth.check_folder(presets.depth("smoke"), tmp_path)["base"]["optim"]["decay_steps"] is None
+    spec = presets.depth("smoke")
+    with pytest.raises(UsageError, match="decay_steps"):
+        depth.check_folder(type(spec)(spec.preset, spec.base.override(decay_steps=20), spec.depths, spec.layers, spec.seeds), tmp_path)
+
+
 @pytest.mark.slow
 def test_cli_refuses_other_grid_and_bad_ranges_in_one_line(tmp_path):
     depth.atomic_write_json(tmp_path / depth.SPEC_FILE, presets.depth("smoke").to_dict())

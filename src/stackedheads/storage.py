@@ -213,6 +213,16 @@ def _differences(old: dict, new: dict, shown: int = 3) -> str:
     return text + (f"; {len(keys) - shown} more" if len(keys) > shown else "")
 
 
+def _unset_fields_added(old, new):
+    """``old`` with the keys ``new`` has as None and ``old`` lacks set to None: a setting added to
+    a config after a folder was written, left unset (its None default), is the same setting as
+    its absence, so the folder still resumes."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return old
+    filled = {k: _unset_fields_added(v, new.get(k)) for k, v in old.items()}
+    return filled | {k: None for k, v in new.items() if v is None and k not in old}
+
+
 def _parses(path: Path) -> bool:
     """``path`` exists and, for JSON and JSON lines, parses."""
     if not path.is_file():
@@ -272,7 +282,7 @@ class RunFolder:
         """Refuse, naming what differs, a folder whose run was recorded with ``old`` settings
         when ``new`` are asked for (``other``: "another configuration", "another grid", ...)."""
         old, new = json.loads(json.dumps(old)), json.loads(json.dumps(new))
-        if old != new:
+        if _unset_fields_added(old, new) != new:
             raise UsageError(
                 f"{self.path} holds a {self.kind or 'run'} of {other} ({_differences(old, new)}); "
                 "resume it with the same settings, or choose another 'out'", fields=("out",),
