@@ -17,6 +17,7 @@ wall time). Run it alone on an idle machine for comparable wall times:
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import sys
 from pathlib import Path
@@ -82,10 +83,14 @@ def describe(cfg: TrainConfig) -> str:
 
 
 def row_for(name: str, why: str, cfg: TrainConfig, run: Path, as_is: bool = False) -> str:
-    """The table row of one candidate, trained (or resumed) first unless ``as_is``: then a run
-    stopped early is shown at its last evaluation ("stopped at" that step)."""
-    summary = None if as_is else train(cfg, run)
+    """The table row of one candidate, trained (or resumed) first unless ``as_is``: then a
+    finished run is shown from its summary (final losses averaged over the final window, as
+    when trained) and a run stopped early at its last evaluation ("stopped at" that step)."""
+    done = run / "summary.json"
+    summary = (json.loads(done.read_text()) if done.exists() else None) if as_is else train(cfg, run)
     rows = read_metrics(run)
+    if not rows:
+        return f"| {name} | {why} | {describe(cfg)} | not run | | | | |"
     parts = [c for c in rows[0] if c.startswith("val_x")]
     if summary is not None:
         finals = {int(seed): s["final_partial"] for seed, s in summary["seeds"].items()}

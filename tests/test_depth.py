@@ -128,10 +128,31 @@ def test_a_grid_written_before_an_unset_setting_existed_still_resumes(tmp_path):
     old = presets.depth("smoke").to_dict()
     del old["base"]["optim"]["decay_steps"]
     depth.atomic_write_json(tmp_path / depth.SPEC_FILE, old)
-    assert depth.check_folder(presets.depth("smoke"), tmp_path)["base"]["optim"]["decay_steps"] is None
+    depth.check_folder(presets.depth("smoke"), tmp_path)  # resumes
     spec = presets.depth("smoke")
-    with pytest.raises(UsageError, match="decay_steps"):
-        depth.check_folder(type(spec)(spec.preset, spec.base.override(decay_steps=20), spec.depths, spec.layers, spec.seeds), tmp_path)
+    with pytest.raises(UsageError, match="decay_steps: \\(none\\) there, 40 asked") as e:
+        depth.check_folder(type(spec)(spec.preset, spec.base.override(decay_steps=40), spec.depths, spec.layers, spec.seeds), tmp_path)
+    assert str(e.value).count(";") == 1  # the one real difference, not the unset one beside it
+
+
+@pytest.mark.parametrize("old,new,same", [
+    ({"a": 1}, {"a": 1, "b": None}, True),  # a setting added since, unset
+    ({"x": {"a": 1}}, {"x": {"a": 1, "b": None}}, True),  # nested
+    ({"a": 1}, {"a": 1, "b": 2}, False),  # added since, but set
+    ({"a": 1, "b": None}, {"a": 1}, False),  # dropped since
+    ({"a": [1]}, {"a": [1], "b": None}, True),
+    ({"a": [1]}, {"a": [2], "b": None}, False),
+    ({"x": 1}, {"x": {"b": None}}, False),  # a value became a section
+])
+def test_settings_compare_an_unset_new_setting_as_absent(tmp_path, old, new, same):
+    from stackedheads.storage import RunFolder
+
+    folder = RunFolder(tmp_path, "depth sweep")
+    if same:
+        folder.require_same(old, new, "another grid")
+    else:
+        with pytest.raises(UsageError, match="another grid"):
+            folder.require_same(old, new, "another grid")
 
 
 @pytest.mark.slow

@@ -109,6 +109,23 @@ def test_bad_recipe_values_are_refused(field, value):
         presets.SMOKE.override(**{field: value})
 
 
+def test_a_decay_that_ends_before_the_run_or_without_a_decay_is_refused():
+    with pytest.raises(UsageError, match="at least steps"):  # a preset's decay_steps kept under a longer --steps
+        presets.get("sec8-quick").override(steps=24_000)
+    with pytest.raises(UsageError, match="cosine or linear"):
+        presets.SMOKE.override(schedule="constant", decay_steps=40)
+
+
+def test_the_twins_are_the_papers_task_cut_from_a_longer_schedule():
+    """docs/n4-study.md's choice: N and K of Sec. 8.1, D = 3, and a run that stops while the
+    learning rate is still high (the start of a 4,000-step schedule)."""
+    paper = presets.get("sec8").task
+    for name in ("sec8-quick", "sec9-quick"):
+        cfg = presets.get(name)
+        assert (cfg.task.chains, cfg.task.dims, cfg.task.depth, cfg.task.ic) == (paper.chains, paper.dims, 3, True)
+        assert cfg.lr_at(cfg.steps - 1) > 0.5 * cfg.optim.lr
+
+
 def test_config_records_recipe_and_old_configs_load(tmp_path):
     train(RECIPE, tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())

@@ -13,7 +13,7 @@ Training (``TRAIN``; ``stackedheads train --preset NAME``):
   how they were chosen); ``smoke``, ``sec8-smoke``, ``sec9-smoke``: seconds, for tests.
 
 Grids: ``FIGURE4`` (``sweep figure4``: paper, quick, smoke) and ``DEPTH`` (``sweep depth``:
-paper, quick, smoke). Whole runs: ``REPRODUCE`` (``reproduce``: paper, quick, smoke).
+paper, quick, quick-n4, smoke). Whole runs: ``REPRODUCE`` (``reproduce``: paper, quick, smoke).
 
 A new preset is one more ``TRAIN.register("name", TrainConfig(...))`` (or the grid's) here,
 or in user code before the command runs.
@@ -35,8 +35,9 @@ DEPTH: Registry[DepthSpec] = Registry("depth preset")
 REPRODUCE: Registry[ReproducePreset] = Registry("reproduce preset")
 
 # Every preset trains with GPT-2's recipe (Sec. 7.1, "following the recipe of Radford et al.
-# (2019)"): warm-up, cosine decay to 10%, per-member clipping at 1.0, no decay on norms and
-# biases. Without it Transformer D does not learn x2..x4 (docs/training.md, "Training recipe").
+# (2019)"): warm-up, cosine decay to 10% (the A-C and D twins: the first half of it), per-member
+# clipping at 1.0, no decay on norms and biases. Without it Transformer D does not learn x2..x4
+# (docs/training.md, "Training recipe").
 PAPER = TRAIN.register("paper", TrainConfig(
     task=VectorTaskConfig(chains=4, depth=5, dims=4, ic=True, n_train=2**20, n_val=4096),
     model=ModelConfig(n_layers=4, n_heads=8, d_model=128),
@@ -164,10 +165,11 @@ REPRODUCE.register("smoke", ReproducePreset(
     figure4=FIGURE4.get("smoke"), circuits=SEC8_SMOKE, emergence=SEC9_SMOKE,
     circuits_seeds=(0,), maps_seqs=2, emergence_seqs=8,
 ))
-# `make demo`: <= 15 minutes on 2 CPU cores (docs/reproduce.md). One A-C twin and one D twin keep
-# the training stages within that budget; their seeds from the twin search (docs/n4-study.md):
-# seed 1's circuit has the paper's shape (a previous-token head first), seed 2 learned x1, x2, x3
-# 100-150 steps apart (2-3 checkpoints), so the emergence order can be read.
+# `make demo`: <= 15 minutes on 2 CPU cores (13 min 27 s measured: docs/reproduce.md). One A-C
+# twin and one D twin keep the training stages within that budget; their seeds from the twin
+# search (docs/n4-study.md; one thread, step 1,500): seed 1's first useful head linked the
+# pairs (A4's shape), seed 2 learned x1, x2, x3 100-150 steps apart (2-3 checkpoints), so the
+# emergence order can be read.
 REPRODUCE.register("quick", ReproducePreset(
     "quick", theory_max_depth=20, prompts_per_formulation=5,
     # The LLM stage (~4 min on 2 cores, measured; docs/prompts-and-llms.md): SmolLM2 and Qwen2.5-Coder-0.5B,

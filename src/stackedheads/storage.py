@@ -216,7 +216,8 @@ def _differences(old: dict, new: dict, shown: int = 3) -> str:
 def _unset_fields_added(old, new):
     """``old`` with the keys ``new`` has as None and ``old`` lacks set to None: a setting added to
     a config after a folder was written, left unset (its None default), is the same setting as
-    its absence, so the folder still resumes."""
+    its absence, so the folder still resumes. The rule for new settings that follows: a None
+    default must mean "as before the setting existed"."""
     if not isinstance(old, dict) or not isinstance(new, dict):
         return old
     filled = {k: _unset_fields_added(v, new.get(k)) for k, v in old.items()}
@@ -282,7 +283,8 @@ class RunFolder:
         """Refuse, naming what differs, a folder whose run was recorded with ``old`` settings
         when ``new`` are asked for (``other``: "another configuration", "another grid", ...)."""
         old, new = json.loads(json.dumps(old)), json.loads(json.dumps(new))
-        if _unset_fields_added(old, new) != new:
+        old = _unset_fields_added(old, new)
+        if old != new:
             raise UsageError(
                 f"{self.path} holds a {self.kind or 'run'} of {other} ({_differences(old, new)}); "
                 "resume it with the same settings, or choose another 'out'", fields=("out",),

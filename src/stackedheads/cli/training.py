@@ -114,7 +114,7 @@ def sweep_figure4_cmd(
 @sweep_app.command("depth")
 def sweep_depth_cmd(
     out: Path = typer.Option(..., "--out", "-o", help="Depth folder; running again skips finished runs."),
-    preset: str = typer.Option("quick", "--preset", "-p", help="paper (GPU), quick (CPU, under an hour) or smoke."),
+    preset: str = typer.Option("quick", "--preset", "-p", help="paper (GPU), quick (CPU, N = 2, under an hour), quick-n4 (CPU, N = 4, D = 1..3) or smoke."),
     depths: Optional[str] = typer.Option(None, "--depths", help="Retrieval steps D, e.g. 1-6 or 1,2,4 (default: the preset's)."),
     layers: Optional[str] = typer.Option(None, "--layers", help="Layer counts, e.g. 1-8 (default: the preset's)."),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="Comma-separated seeds per shape (default: the preset's)."),

@@ -56,11 +56,11 @@ class OptimConfig:
         "after warm-up, \"constant\", \"cosine\" or \"linear\" decay ..."
     )})
     min_lr_ratio: float = field(default=0.1, metadata={"help": (
-        "... down to this fraction of lr at the last step."
+        "... down to this fraction of lr at the last step (or at decay_steps)."
     )})
     decay_steps: int | None = field(default=None, metadata={"help": (
         "the step the decay reaches min_lr_ratio (nanoGPT's lr_decay_iters); None: the run's "
-        "last step. Larger than steps: the run is the start of a longer schedule."
+        "last step. At least steps; larger: the run is the start of a longer schedule."
     )})
     grad_clip: float = field(default=0.0, metadata={"help": (
         "gradient-norm clipping per ensemble member (0: off)."
@@ -81,10 +81,6 @@ class OptimConfig:
             raise UsageError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         if not 0 <= self.min_lr_ratio <= 1:
             raise UsageError(f"min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
-        if self.decay_steps is not None and (isinstance(self.decay_steps, bool) or not isinstance(self.decay_steps, int)
-                                             or not self.warmup_steps < self.decay_steps <= MAX_STEPS):
-            raise UsageError(f"decay_steps must be an integer above warmup_steps ({self.warmup_steps}) and at most "
-                             f"{MAX_STEPS:,}, got {self.decay_steps!r}", fields=("decay_steps",))
         if self.grad_clip < 0:
             raise UsageError(f"grad_clip must be >= 0 (0 = off), got {self.grad_clip}")
         if self.warmup_steps < 0:
@@ -94,6 +90,11 @@ class OptimConfig:
         bad = set(self.decay_exempt) - set(DECAY_EXEMPTIONS)
         if bad:
             raise UsageError(f"decay_exempt takes {', '.join(DECAY_EXEMPTIONS)}, got {sorted(bad)}")
+        if self.decay_steps is not None:
+            if isinstance(self.decay_steps, bool) or not isinstance(self.decay_steps, int) or not 0 < self.decay_steps <= MAX_STEPS:
+                raise UsageError(f"decay_steps must be an integer in [1, {MAX_STEPS:,}], got {self.decay_steps!r}", fields=("decay_steps",))
+            if self.schedule == "constant":
+                raise UsageError("decay_steps sets where a decay ends: give it with schedule cosine or linear", fields=("decay_steps", "schedule"))
 
 
 # GPT-2's recipe as we read it (Radford et al. 2019 via nanoGPT): linear warm-up, cosine decay
@@ -167,6 +168,11 @@ class TrainConfig:
             raise UsageError(f"threads must lie in [1, 1024], got {self.threads}")
         if self.optim.warmup_steps >= self.steps:
             raise UsageError(f"warmup_steps must lie in [0, steps), got {self.optim.warmup_steps}")
+        if self.optim.decay_steps is not None and self.optim.decay_steps < self.steps:
+            # A decay that ends before the run would hold the floor lr for the rest, which a
+            # changed --steps with a preset's decay_steps would do without a word.
+            raise UsageError(f"decay_steps ({self.optim.decay_steps:,}) must be at least steps ({self.steps:,}): "
+                             "give --decay-steps equal to --steps to decay over the whole run", fields=("decay_steps",))
         if self.steps_per_epoch is not None and self.steps_per_epoch < 1:
             raise UsageError(f"steps_per_epoch must be >= 1, got {self.steps_per_epoch}")
         if self.dtype not in DTYPE_CHOICES:
