@@ -17,12 +17,12 @@ wall time). Run it alone on an idle machine for comparable wall times:
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 from pathlib import Path
 
 from stackedheads import presets
+from stackedheads.storage import read_state_json
 from stackedheads.training import TrainConfig, read_metrics, train
 
 THRESHOLD = 0.5  # Sec. 7.2 / Fig. 4 right: a position is learned when its partial loss < 0.5 (N = 4)
@@ -87,7 +87,7 @@ def row_for(name: str, why: str, cfg: TrainConfig, run: Path, as_is: bool = Fals
     finished run is shown from its summary (final losses averaged over the final window, as
     when trained) and a run stopped early at its last evaluation ("stopped at" that step)."""
     done = run / "summary.json"
-    summary = (json.loads(done.read_text()) if done.exists() else None) if as_is else train(cfg, run)
+    summary = (read_state_json(done, "training summary") if done.exists() else None) if as_is else train(cfg, run)
     rows = read_metrics(run)
     if not rows:
         return f"| {name} | {why} | {describe(cfg)} | not run | | | | |"
