@@ -442,3 +442,24 @@ def test_older_circuit_files_name_a_whole_head_once(tmp_path):
     again = json.loads((tmp_path / "new.json").read_text())
     assert again["heads"][0]["rules"] == dict.fromkeys(rules.ROLES, U)
     assert again["info"] == {"seed": 3, "redundant_groups": [["L1.0 s1->s0"]], "serves": {}}
+
+
+def test_discovery_one_seed_at_a_time_gives_the_same_files(tmp_path, cli):
+    """``--seeds`` splits a long discovery (paper-size members take minutes each): each member's
+    circuit is found alone, so one seed at a time writes the bytes a whole run writes, and a
+    seed the run lacks is one line."""
+    from stackedheads import presets
+    from stackedheads.training import train
+
+    run = tmp_path / "run"
+    train(presets.SEC8_SMOKE.override(steps=20, seeds=(0, 1)), run)
+    code, _, err = cli("circuit", "discover", run, "--out", tmp_path / "all")
+    assert code == 0, err
+    for seed in (1, 0):
+        code, out, err = cli("circuit", "discover", run, "--out", tmp_path / "one", "--seeds", seed)
+        assert code == 0 and f"seed {seed}:" in out and f"seed {1 - seed}:" not in out, err
+    for seed in (0, 1):
+        for name in ("circuit.json", "summary.json", "losses.json"):
+            assert (tmp_path / "one" / f"seed{seed}" / name).read_bytes() == (tmp_path / "all" / f"seed{seed}" / name).read_bytes()
+    code, _, err = cli("circuit", "discover", run, "--out", tmp_path / "bad", "--seeds", "0,7")
+    assert code == 2 and "has seeds 0, 1; asked for 0, 7" in err and not (tmp_path / "bad" / "seed0").exists()

@@ -28,7 +28,7 @@ import typer
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-RUN_VERBS = ("prompts", "theory")  # cheap, deterministic, no files: run for real
+RUN_VERBS = ("prompts", "theory", "seeds")  # cheap, deterministic, reading tracked files at most: run for real
 NOT_RUN_PAGES = ("extending.md",)  # examples of a formulation the page adds itself
 SEPARATORS = {"&&", "||", "|", ";", "&"}
 
@@ -322,6 +322,7 @@ def test_there_are_runnable_examples():
 @pytest.mark.parametrize("page,line,args,output", RUNNABLE, ids=[f"{rel(p)}:{n}" for p, n, *_ in RUNNABLE])
 def test_cheap_examples_print_what_the_docs_show(cli, monkeypatch, page, line, args, output):
     monkeypatch.setenv("COLUMNS", "120")  # rich tables at their natural width
+    monkeypatch.chdir(ROOT)  # examples name tracked folders (results/...) from the project's root
     r = cli(*args[1:])
     assert r.code == 0, r.err
     got = [s.rstrip() for s in r.out.splitlines()]

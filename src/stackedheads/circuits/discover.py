@@ -532,17 +532,20 @@ def plot_circuit(circuit: Circuit, out: str | Path, title: str = "") -> list[str
 
 
 def discover_run(
-    run_dir: str | Path, out: str | Path, checkpoint: int | None = None, cfg: DiscoverConfig = DiscoverConfig()
+    run_dir: str | Path, out: str | Path, checkpoint: int | None = None, cfg: DiscoverConfig = DiscoverConfig(),
+    seeds: tuple[int, ...] | None = None,
 ) -> dict[int, Discovery]:
-    """Discover the circuit of every member of a run; ``out/seed{s}/`` gets circuit.json,
-    losses.json, circuit.png/svg and summary.json."""
+    """Discover the circuit of every member of a run (or of the members ``seeds`` name: each
+    member's circuit is found alone, so one seed at a time gives the same files, and a long
+    discovery can be split across sessions); ``out/seed{s}/`` gets circuit.json, losses.json,
+    circuit.png/svg and summary.json."""
     from stackedheads.storage import RunFolder
 
     with RunFolder(out).lock("circuit discovery"):  # a second process on the folder gets one line
-        return _discover_run_locked(run_dir, out, checkpoint, cfg)
+        return _discover_run_locked(run_dir, out, checkpoint, cfg, seeds)
 
 
-def _discover_run_locked(run_dir, out, checkpoint, cfg: DiscoverConfig) -> dict[int, Discovery]:
+def _discover_run_locked(run_dir, out, checkpoint, cfg: DiscoverConfig, seeds) -> dict[int, Discovery]:
     from stackedheads.storage import atomic_write_json, check_seeds
     from stackedheads.training import checkpoint_for, load_model, validation_batch
 
@@ -550,9 +553,17 @@ def _discover_run_locked(run_dir, out, checkpoint, cfg: DiscoverConfig) -> dict[
     model, tcfg, step = load_model(path)
     if not tcfg.task.ic:
         raise UsageError("circuit discovery needs an IC run (partial losses per chain position)")
+    members = check_seeds(list(tcfg.seeds), path)  # seeds name folders
+    if seeds is not None:
+        absent = [s for s in seeds if s not in members]
+        if absent or not seeds:
+            raise UsageError(f"{run_dir} has seeds {', '.join(map(str, members))}; "
+                             f"asked for {', '.join(map(str, seeds)) or 'none'}")
     batch = validation_batch(tcfg)[: cfg.n_val]
     found = {}
-    for e, seed in enumerate(check_seeds(list(tcfg.seeds), path)):  # seeds name folders
+    for e, seed in enumerate(members):
+        if seeds is not None and seed not in seeds:
+            continue
         d = discover(model.member(e), batch, tcfg.task, cfg)
         d.circuit.info.run, d.circuit.info.seed, d.circuit.info.checkpoint = str(run_dir), seed, step
         folder = Path(out) / f"seed{seed}"

@@ -12,6 +12,7 @@ from rich.table import Table
 from stackedheads.cli._app import (
     app,
     console,
+    parse_seeds,
 )
 
 
@@ -65,12 +66,14 @@ def circuit_discover_cmd(
     checkpoint: Optional[int] = typer.Option(None, "--checkpoint", help="Step of the checkpoint (default: the last)."),
     tolerance: float = typer.Option(0.04, "--tolerance", help="Loss budget over the unablated loss (App. E: 0.05 absolute)."),
     threshold: Optional[float] = typer.Option(None, "--threshold", help="An absolute loss threshold instead."),
+    seeds: Optional[str] = typer.Option(None, "--seeds", help="Only these members, comma-separated (default: every seed); the others' files are left as they are."),
 ) -> None:
     """Find every member's circuit automatically: the simplest head assignments that keep the loss low."""
     from stackedheads.circuits.ablate import path_key
     from stackedheads.circuits.discover import DiscoverConfig, discover_run
 
-    found = discover_run(run_dir, out, checkpoint=checkpoint, cfg=DiscoverConfig(tolerance=tolerance, threshold=threshold))
+    found = discover_run(run_dir, out, checkpoint=checkpoint, cfg=DiscoverConfig(tolerance=tolerance, threshold=threshold),
+                         seeds=None if seeds is None else parse_seeds(seeds))
     for seed, d in found.items():
         s = d.summary()
         from stackedheads.claims._circuits import budget_text

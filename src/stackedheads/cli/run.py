@@ -131,6 +131,40 @@ def claims_cmd(
         Console().print(claims_table(found, f"claims of {run_dir}"))
 
 
+@app.command("seeds")
+def seeds_cmd(
+    folders: list[Path] = typer.Argument(..., help="Folders with circuits/ or emergence/ stages (reproduce folders, results/sec8, ...): several are set side by side."),
+    label: list[str] = typer.Option([], "--label", help="A name per folder, in order (default: the folder's name)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the seeds, distributions and comparison as JSON."),
+    as_markdown: bool = typer.Option(False, "--markdown", help="Print Markdown tables instead of the console's."),
+) -> None:
+    """Sections 8-9 seed by seed: final MSE, loss drops, plateau, circuit and each claim's verdict per seed, the
+    distribution beside the paper, and which run (recipe) is closer to it."""
+    from stackedheads import seeds
+
+    runs = seeds.collect_seeds(folders, label)
+    if as_json:
+        data = {"runs": [r.to_dict() for r in runs], "paper": seeds.PAPER, "comparison": seeds.compare(runs)}
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        return
+    if as_markdown:
+        sys.stdout.write(seeds.markdown(runs))
+        return
+    out = Console()
+    for run in runs:
+        head, rows = seeds.seed_table(run)
+        t = Table(title=f"{run.label}: {run.section}, {seeds.recipe_text(run.recipe)}")
+        for h in head:
+            t.add_column(h, overflow="fold")
+        for r in rows:
+            t.add_row(*r)
+        out.print(t)
+        for line in seeds.distribution_lines(run):
+            out.print(f"  {line}", highlight=False)
+    for line in seeds.comparison_lines(seeds.compare(runs)):
+        out.print(line, highlight=False)
+
+
 @app.command("report")
 def report_cmd(
     run_dir: Path = typer.Argument(..., help="A folder written by `stackedheads reproduce`."),

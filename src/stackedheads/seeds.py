@@ -1,0 +1,293 @@
+"""Sections 8 and 9 seed by seed, and several runs side by side (``stackedheads seeds``).
+
+``claims`` gives one verdict per claim, combined over a run's seeds (any FAIL fails); this
+module keeps the seeds apart: per seed, what the model reached and each claim's own verdict,
+then the distribution over seeds beside the paper's numbers, and, for runs of one section
+trained with different recipes, which run is closer to the paper on each measure.
+
+Every number is read from the files a run left (the training summary, each seed's discovered
+circuit, the emergence timelines), as the claims read them: a per-seed verdict is the section's
+own claim evaluated on that seed alone (:func:`stackedheads.claims.sec8.circuit_claims`,
+:func:`stackedheads.claims.sec9.emergence_claims`), so the table and ``claims`` never disagree.
+
+The paper's numbers beside ours: transformers A-C reach a validation MSE below 0.01 and use
+4 of 12 heads (Sec. 8.2); transformer D reaches 0.031 after about 450 epochs on the plateau
+before its first head emerges, in chain order (Sec. 9.2, Fig. 6-7).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from stackedheads.claims import PASS, VERDICTS
+from stackedheads.claims._circuits import heads_in, read_timeline, stage_from_files
+from stackedheads.errors import UsageError
+from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN, timeline
+
+# The paper's numbers the distributions are set beside (the claims modules hold the thresholds).
+PAPER = {
+    "sec8": {"final_val_loss": 0.01, "useful_heads": 4, "source": "Sec. 8.2: below 0.01 after 24k steps; 4 of 12 heads useful"},
+    "sec9": {"final_val_loss": 0.031, "plateau_epochs": 450.0,
+             "source": "Sec. 9.2: 0.031; about 450 epochs before the first head; heads and losses in chain order"},
+}
+SECTION_OF = {"circuits": "sec8", "emergence": "sec9"}
+
+
+@dataclass
+class SeedRow:
+    """One seed of one run: what it reached and each claim's verdict on it alone."""
+
+    seed: str
+    final_val_loss: float | None  # None: the run's training summary is lost
+    final_partial: dict[str, float]
+    useful_heads: int | None = None  # None: no circuit discovered for this seed
+    n_heads: int | None = None
+    unexplained_rows: int | None = None
+    shortcut_heads: int | None = None
+    loss_drops: dict[str, int | None] | None = None  # Sec. 9: first step each partial is below C2's threshold
+    plateau_epochs: float | None = None  # Sec. 9: epochs before the first path crosses 0.5
+    first_paths: list[str] = field(default_factory=list)
+    loss_drop_order: str | None = None  # ordering.order_of over loss_drops (E4)
+    emerged_at: dict[str, int | None] | None = None  # Sec. 9: first checkpoint each position's new paths are all >= 0.5
+    no_path_of_its_own: list[str] = field(default_factory=list)  # positions E3 cannot time
+    emergence_order: str | None = None  # the timeline's order of the positions (E3)
+    verdicts: dict[str, str] = field(default_factory=dict)  # claim id -> verdict on this seed
+    measured: dict[str, str] = field(default_factory=dict)  # claim id -> what it measured
+
+
+@dataclass
+class RunSeeds:
+    """A run's seeds for one section, and how it was trained (what differs between recipes)."""
+
+    label: str
+    folder: str
+    section: str  # "sec8" or "sec9"
+    recipe: dict
+    rows: list[SeedRow]
+
+    def summary(self) -> dict:
+        """The distribution over seeds: the median, the range, and each claim's verdict counts."""
+        finals = [r.final_val_loss for r in self.rows if r.final_val_loss is not None]
+        out = {"seeds": len(self.rows), "final_val_loss": spread(finals)}
+        if self.section == "sec9":
+            out["plateau_epochs"] = spread([r.plateau_epochs for r in self.rows if r.plateau_epochs is not None])
+            # In order means every position did it, at strictly increasing steps (E3's and E4's shape).
+            out["loss_drops_in_order"] = sum(r.loss_drop_order == "in order" and None not in r.loss_drops.values()
+                                             for r in self.rows if r.loss_drops)
+            out["emerged_in_order"] = sum(r.emergence_order == "in order" and None not in r.emerged_at.values()
+                                          for r in self.rows if r.emerged_at)
+        useful = [r.useful_heads for r in self.rows if r.useful_heads is not None]
+        out["useful_heads"] = spread(useful)
+        ids = sorted({k for r in self.rows for k in r.verdicts})
+        out["verdicts"] = {k: {v: n for v in VERDICTS if (n := sum(r.verdicts.get(k) == v for r in self.rows))} for k in ids}
+        return out
+
+    def to_dict(self) -> dict:
+        return {"label": self.label, "folder": self.folder, "section": self.section, "recipe": self.recipe,
+                "seeds": [asdict(r) for r in self.rows], "summary": self.summary()}
+
+
+def spread(values: list[float]) -> dict | None:
+    """Median, min and max (None when there is nothing to summarise)."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)} if values else None
+
+
+def recipe_text(recipe: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in recipe.items()) or "recipe unknown (no training summary)"
+
+
+def recipe_of(config: dict) -> dict:
+    """What tells recipes apart, from a run's config (as its summary.json holds it)."""
+    optim = config.get("optim", {})
+    return {k: v for k, v in (
+        ("steps", config.get("steps")), ("decay_exempt", optim.get("decay_exempt")),
+        ("weight_decay", optim.get("weight_decay")), ("schedule", optim.get("schedule")),
+        ("dtype", config.get("dtype")), ("device", config.get("device")),
+    ) if v is not None}
+
+
+def _one_seed(stage: dict, seed: str) -> dict:
+    return {**stage, "circuits": {seed: stage["circuits"][seed]} if seed in stage["circuits"] else {}}
+
+
+def section_seeds(folder: Path, stage_name: str, label: str) -> RunSeeds | None:
+    """The seeds of one stage (``circuits`` or ``emergence``) of a reproduce-style folder, or
+    None when the stage has no discovered circuits."""
+    from stackedheads.claims import sec8, sec9
+
+    stage_dir = folder / stage_name
+    stage = stage_from_files(stage_dir, CIRCUITS_RUN if stage_name == "circuits" else EMERGENCE_RUN)
+    if stage is None:
+        return None
+    # A reference whose training summary is lost still has its circuits: their seeds, no final losses.
+    train = stage["train"] or {"config": {}, "seeds": {s: {} for s in stage["circuits"]}}
+    section = SECTION_OF[stage_name]
+    tl_dir = timeline(stage_dir)
+    rows = []
+    for seed in sorted(train["seeds"], key=int):
+        final = train["seeds"][seed]
+        row = SeedRow(seed, final.get("final_val_loss"), dict(final.get("final_partial", {})))
+        found = stage["circuits"].get(seed)
+        if found is not None:
+            row.useful_heads = found["n_useful_heads"]
+            row.n_heads = heads_in(train["config"]) if stage["train"] else None
+            row.unexplained_rows = len(found["unexplained_heads"])
+            row.shortcut_heads = len(found.get("shortcut_heads", []))
+        if found is None:
+            claims = []
+        elif section == "sec8":
+            claims = sec8.circuit_claims(_one_seed(stage, seed))
+        else:
+            claims = sec9.emergence_claims(_one_seed(stage, seed), tl_dir)
+        for c in claims:
+            row.verdicts[c.id] = c.verdict
+            row.measured[c.id] = c.measured.removeprefix(f"seed {seed}: ")
+        if section == "sec9" and (tl_dir / f"seed{seed}" / "timeline.json").exists():
+            t = read_timeline(tl_dir / f"seed{seed}" / "timeline.json", stage_dir)
+            row.loss_drops, row.loss_drop_order = t["loss_drops"], t["loss_drop_order"]
+            per = t["epochs"][-1] / t["steps"][-1] if t["steps"][-1] else 0.0
+            row.plateau_epochs = None if t["plateau_steps"] is None else t["plateau_steps"] * per
+            row.first_paths = t["first_paths"]
+            row.emerged_at = {x: p.get("seen") for x, p in t["positions"].items()}
+            row.no_path_of_its_own = [x for x, p in t["positions"].items() if not p["new_paths"]]
+            row.emergence_order = t["order"]
+        rows.append(row)
+    return RunSeeds(label, str(folder), section, recipe_of(train["config"]), rows)
+
+
+def collect_seeds(folders: list[Path], labels: list[str] | None = None) -> list[RunSeeds]:
+    """Every section with circuits in every folder (a reproduce folder, or stage folders laid
+    out by hand: ``circuits/`` and ``emergence/`` as :mod:`stackedheads.layout` names them)."""
+    labels = list(labels or [])
+    if labels and len(labels) != len(folders):
+        raise UsageError(f"{len(labels)} labels for {len(folders)} folders: give one --label per folder, or none")
+    out = []
+    for i, folder in enumerate(folders):
+        folder = Path(folder)
+        if not folder.is_dir():
+            raise UsageError(f"{folder} is not a folder")
+        found = [s for name in SECTION_OF if (s := section_seeds(folder, name, labels[i] if labels else folder.name))]
+        if not found:
+            raise UsageError(f"{folder} has no discovered circuits under circuits/ or emergence/ "
+                             "(run `stackedheads circuit discover` on its training run first)")
+        out.extend(found)
+    return out
+
+
+def compare(runs: list[RunSeeds]) -> list[dict]:
+    """Runs of one section side by side: on each measure with a number in the paper, which run's
+    median is closer to it (final MSE on a log scale: a factor of 2 above or below is as far),
+    and each claim's passing seeds. Says nothing where only one run of a section is given."""
+    out = []
+    for section in ("sec8", "sec9"):
+        same = [r for r in runs if r.section == section]
+        if len(same) < 2:
+            continue
+        sums = {r.label: r.summary() for r in same}
+        measures = {"final_val_loss": lambda v, p: abs(math.log(v / p)) if v > 0 else math.inf}
+        if section == "sec9":
+            measures["plateau_epochs"] = lambda v, p: abs(v - p)
+        for name, distance in measures.items():
+            paper = PAPER[section][name]
+            medians = {lab: s[name]["median"] for lab, s in sums.items() if s.get(name)}
+            if len(medians) < 2:
+                continue
+            ranked = sorted(medians, key=lambda lab: distance(medians[lab], paper))
+            tie = distance(medians[ranked[0]], paper) == distance(medians[ranked[1]], paper)
+            out.append({"section": section, "measure": name, "paper": paper, "medians": medians,
+                        "closer": None if tie else ranked[0]})
+        ids = sorted({k for s in sums.values() for k in s["verdicts"]})
+        for cid in ids:
+            passing = {lab: s["verdicts"].get(cid, {}).get(PASS, 0) for lab, s in sums.items()}
+            best = max(passing.values())
+            leaders = [lab for lab, n in passing.items() if n == best]
+            out.append({"section": section, "measure": f"{cid} seeds passing", "paper": "every seed",
+                        "medians": passing, "closer": leaders[0] if len(leaders) == 1 else None})
+    return out
+
+
+# --- text ------------------------------------------------------------------------------------------
+
+
+def _num(v: float | None, digits: int = 4) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def _steps(d: dict | None, untimed: list[str] = ()) -> str:
+    """Steps per position; ``untimed`` positions (no path of their own) are "-", not "never"."""
+    return "-" if not d else " ".join("-" if k in untimed else "never" if v is None else f"{v:,}" for k, v in d.items())
+
+
+def seed_table(run: RunSeeds) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of a run's per-seed table (shared by the console and Markdown)."""
+    ids = sorted({k for r in run.rows for k in r.verdicts})
+    head = ["seed", "final val MSE", "max partial"]
+    if run.section == "sec9":
+        head += ["x1.. below C2 (steps)", "plateau (epochs)", "first paths", "x1.. emerged (steps)"]
+    head += ["useful heads", "unexplained rows", "shortcut heads", *ids]
+    rows = []
+    for r in run.rows:
+        cells = [r.seed, _num(r.final_val_loss), _num(max(r.final_partial.values(), default=None))]
+        if run.section == "sec9":
+            cells += [_steps(r.loss_drops), _num(r.plateau_epochs, 0), ", ".join(r.first_paths) or "-",
+                      _steps(r.emerged_at, r.no_path_of_its_own) + (f" ({r.emergence_order})" if r.emergence_order else "")]
+        cells += ["-" if r.useful_heads is None else f"{r.useful_heads}" + (f" of {r.n_heads}" if r.n_heads else ""),
+                  "-" if r.unexplained_rows is None else str(r.unexplained_rows),
+                  "-" if r.shortcut_heads is None else str(r.shortcut_heads),
+                  *[r.verdicts.get(k, "-") for k in ids]]
+        rows.append(cells)
+    return head, rows
+
+
+def distribution_lines(run: RunSeeds) -> list[str]:
+    """The run's seeds in one paragraph, each measure beside the paper's number."""
+    s, paper = run.summary(), PAPER[run.section]
+    f = s["final_val_loss"]
+    n = f"{s['seeds']} seed" + ("s" if s["seeds"] != 1 else "")
+    lines = [(f"final val MSE: median {f['median']:.4f} (range {f['min']:.4f}-{f['max']:.4f}) over {n}"
+              if f else f"final val MSE: unknown (the training summary is lost) for {n}")
+             + (f" (paper: {paper['final_val_loss']})" if run.section == "sec9" else f" (paper: below {paper['final_val_loss']})")]
+    if run.section == "sec9":
+        p = s["plateau_epochs"]
+        lines.append(("plateau before the first path: median "
+                      f"{p['median']:.0f} epochs (range {p['min']:.0f}-{p['max']:.0f})" if p else "plateau: no path emerged")
+                     + f" (paper: about {paper['plateau_epochs']:.0f})")
+        lines.append(f"partial losses in chain order: {s['loss_drops_in_order']} of {n}; "
+                     f"paths emerged in chain order: {s['emerged_in_order']} of {s['seeds']} (paper: in order)")
+    if s["useful_heads"]:
+        u = s["useful_heads"]
+        lines.append(f"useful heads: median {u['median']:g} (range {u['min']}-{u['max']})"
+                     + (f" (paper: {paper['useful_heads']} of 12)" if run.section == "sec8" else ""))
+    lines.append("verdicts per claim: " + "; ".join(
+        f"{cid} " + ", ".join(f"{n} {v}" for v, n in counts.items()) for cid, counts in s["verdicts"].items()))
+    return lines
+
+
+def comparison_lines(rows: list[dict]) -> list[str]:
+    def show(v):
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    return [f"{r['section']} {r['measure']}: " + ", ".join(f"{k} {show(v)}" for k, v in r["medians"].items())
+            + f" (paper: {r['paper']}): " + (f"{r['closer']} is closer" if r["closer"] else "a tie") for r in rows]
+
+
+def markdown(runs: list[RunSeeds]) -> str:
+    """Every run's per-seed table and distribution, then the comparison, as Markdown."""
+    parts = []
+    for run in runs:
+        head, rows = seed_table(run)
+        parts.append(f"### {run.label} ({run.section}; {recipe_text(run.recipe)})\n")
+        parts.append("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+        parts.extend("| " + " | ".join(r) + " |" for r in rows)
+        parts.append("")
+        parts.extend(f"- {line}" for line in distribution_lines(run))
+        parts.append("")
+    cmp = comparison_lines(compare(runs))
+    if cmp:
+        parts.append("### Side by side\n")
+        parts.extend(f"- {line}" for line in cmp)
+        parts.append("")
+    return "\n".join(parts)

@@ -1,0 +1,124 @@
+"""`stackedheads seeds`: Sections 8-9 seed by seed, and recipes side by side."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import one_error
+from test_claims import K1, K2, K3, K4, PAPER_SEEN, PAPER_SERVES, REDUNDANT, found, timeline, train
+
+from stackedheads import claims, seeds
+from stackedheads.claims import FAIL, INCONCLUSIVE, PASS
+from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN
+
+OUT_OF_ORDER = ({K1: 3600, K2: 4400, K3: 3920, K4: 5600}, {K1: [1, 2, 3, 4], K2: [2, 3, 4], K3: [3, 4], K4: [4]})
+
+
+def _write(path, obj):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj))
+
+
+def emergence_folder(root, finals, timelines, recipe=None):
+    """An emergence stage laid out as `reproduce` writes it: one training summary, a circuit and a
+    timeline per seed. ``finals``: the final val MSE per seed (partials just below it)."""
+    t = train(parts=(0.004, 0.005, 0.006, 0.007))
+    t["config"]["optim"] = recipe or {"decay_exempt": ["norm", "bias"]}
+    t["seeds"] = {str(s): {"final_val_loss": v, "final_partial": {f"val_x{j}": v * j / 4 for j in range(1, 5)}}
+                  for s, v in enumerate(finals)}
+    stage = root / "emergence"
+    _write(stage / "runs" / EMERGENCE_RUN / "summary.json", t)
+    for s, tl in enumerate(timelines):
+        _write(stage / "discovered" / f"seed{s}" / "summary.json", found())
+        _write(stage / "timeline" / f"seed{s}" / "timeline.json", tl)
+    return root
+
+
+def test_each_seed_is_judged_alone_and_agrees_with_claims(tmp_path):
+    paper_like = timeline(PAPER_SEEN, PAPER_SERVES, REDUNDANT)
+    folder = emergence_folder(tmp_path / "run", [0.03, 0.05], [paper_like, timeline(*OUT_OF_ORDER)])
+    (run,) = seeds.collect_seeds([folder])
+    assert run.section == "sec9" and [r.seed for r in run.rows] == ["0", "1"]
+    a, b = run.rows
+    assert a.verdicts == {"E1": PASS, "E2": PASS, "E3": PASS, "E4": PASS}
+    assert b.verdicts["E3"] == FAIL and b.verdicts["E4"] == PASS
+    assert not b.measured["E3"].startswith("seed")  # the per-seed text, without the combined prefix
+    # The combined claim is the per-seed verdicts combined (claims and the table never disagree).
+    combined = {c.id: c.verdict for c in claims.folder_claims(folder) if c.id.startswith("E")}
+    assert combined == {k: claims.combine(r.verdicts[k] for r in run.rows) for k in combined}
+    assert a.plateau_epochs == pytest.approx(3560 / 8) and a.loss_drops == {"x1": 100, "x2": 200, "x3": 300, "x4": 400}
+    assert a.emerged_at == {"x1": 3600, "x2": 3920, "x3": 4400, "x4": 5600} and a.emergence_order == "in order"
+    s = run.summary()
+    assert s["final_val_loss"] == {"median": pytest.approx(0.04), "min": 0.03, "max": 0.05}
+    assert s["emerged_in_order"] == 1 and s["loss_drops_in_order"] == 2
+    assert s["verdicts"]["E3"] == {PASS: 1, FAIL: 1}
+    lines = seeds.distribution_lines(run)
+    assert "(paper: 0.031)" in lines[0] and "445 epochs" in lines[1] and "(paper: about 450)" in lines[1]
+
+
+def test_a_position_that_never_emerges_is_not_in_order(tmp_path):
+    never = timeline({K1: 3600, K2: 3920, K3: 4400, K4: None}, OUT_OF_ORDER[1])
+    (run,) = seeds.collect_seeds([emergence_folder(tmp_path / "run", [0.03], [never])])
+    assert run.rows[0].verdicts["E3"] == INCONCLUSIVE and run.summary()["emerged_in_order"] == 0
+    assert "never" in seeds.seed_table(run)[1][0][6]
+
+
+def test_recipes_side_by_side(tmp_path):
+    like = timeline(PAPER_SEEN, PAPER_SERVES, REDUNDANT)
+    early = timeline({k: v - 3000 for k, v in PAPER_SEEN.items()}, PAPER_SERVES, REDUNDANT)
+    gpt2 = emergence_folder(tmp_path / "gpt2", [0.05, 0.06], [early, early])
+    every = emergence_folder(tmp_path / "all", [0.004, 0.005], [like, timeline(*OUT_OF_ORDER)],
+                             recipe={"decay_exempt": []})
+    runs = seeds.collect_seeds([gpt2, every], ["GPT-2", "decay all"])
+    assert [r.recipe["decay_exempt"] for r in runs] == [["norm", "bias"], []]
+    got = {r["measure"]: r for r in seeds.compare(runs)}
+    # 0.055 is a factor 1.8 above 0.031, 0.0045 a factor 6.9 below: the first is closer.
+    assert got["final_val_loss"]["closer"] == "GPT-2"
+    assert got["plateau_epochs"]["closer"] == "decay all"  # 445 epochs against 70
+    assert got["E3 seeds passing"]["medians"] == {"GPT-2": 2, "decay all": 1} and got["E3 seeds passing"]["closer"] == "GPT-2"
+    assert got["E4 seeds passing"]["closer"] is None  # 2 and 2: a tie names nobody
+    md = seeds.markdown(runs)
+    assert "### GPT-2 (sec9; decay_exempt ['norm', 'bias'])" in md and "### Side by side" in md
+    assert "final_val_loss: GPT-2 0.055, decay all 0.0045 (paper: 0.031): GPT-2 is closer" in md
+    assert seeds.compare(runs[:1]) == []  # one run: nothing to compare
+
+
+def test_circuits_without_their_training_summary(tmp_path):
+    """A reference whose run folder was lost keeps its circuits: the seeds are shown, the
+    final losses unknown, every claim INCONCLUSIVE (as `claims` says)."""
+    _write(tmp_path / "circuits" / "discovered" / "seed0" / "summary.json", found())
+    (run,) = seeds.collect_seeds([tmp_path])
+    row = run.rows[0]
+    assert run.section == "sec8" and row.final_val_loss is None and row.useful_heads == 4 and row.n_heads is None
+    assert set(row.verdicts.values()) == {INCONCLUSIVE}
+    assert "unknown" in seeds.distribution_lines(run)[0] and "recipe unknown" in seeds.markdown([run])
+
+
+def test_sec8_seeds(tmp_path):
+    t = train()
+    t["seeds"]["1"] = {"final_val_loss": 0.02, "final_partial": {"val_x1": 0.01, "val_x2": 0.02, "val_x3": 0.03}}
+    _write(tmp_path / "circuits" / "runs" / CIRCUITS_RUN / "summary.json", t)
+    for s in (0, 1):
+        _write(tmp_path / "circuits" / "discovered" / f"seed{s}" / "summary.json", found())
+    (run,) = seeds.collect_seeds([tmp_path])
+    assert [r.verdicts["A1"] for r in run.rows] == [PASS, FAIL]
+    assert run.rows[0].useful_heads == 4 and run.rows[0].n_heads == 12
+    assert seeds.seed_table(run)[0][:3] == ["seed", "final val MSE", "max partial"]
+
+
+def test_cli(tmp_path, cli):
+    folder = emergence_folder(tmp_path / "run", [0.03], [timeline(PAPER_SEEN, PAPER_SERVES, REDUNDANT)])
+    code, out, err = cli("seeds", folder, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["runs"][0]["seeds"][0]["verdicts"]["E2"] == PASS and data["paper"]["sec9"]["final_val_loss"] == 0.031
+    code, out, _ = cli("seeds", folder, "--markdown")
+    assert code == 0 and "| seed | final val MSE |" in out
+    code, out, _ = cli("seeds", folder)
+    assert code == 0 and "E4" in out
+    (tmp_path / "empty").mkdir()
+    for args, said in (((tmp_path / "missing",), "is not a folder"), ((folder, "--label", "a", "--label", "b"), "2 labels for 1 folders"),
+                       ((tmp_path / "empty",), "no discovered circuits")):
+        code, _, err = cli("seeds", *args)
+        assert code == 2 and one_error(err) and said in err, err
