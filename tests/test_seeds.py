@@ -122,3 +122,18 @@ def test_cli(tmp_path, cli):
                        ((tmp_path / "empty",), "no discovered circuits")):
         code, _, err = cli("seeds", *args)
         assert code == 2 and one_error(err) and said in err, err
+
+
+def test_a_reference_shows_its_seeds(tmp_path):
+    """The report's reference runs carry the per-seed table and the distribution (the claims
+    above them combine the seeds)."""
+    from stackedheads import references
+
+    folder = emergence_folder(tmp_path / "sec9", [0.03, 0.05], [timeline(PAPER_SEEN, PAPER_SERVES, REDUNDANT), timeline(*OUT_OF_ORDER)])
+    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    (folder / references.REFERENCE_FILE).write_text(json.dumps({"name": "sec9", "files": files}))
+    tables = references.load(folder)["tables"]
+    by_seed, spread_ = tables
+    assert by_seed["columns"][0] == "seed" and [r[0] for r in by_seed["rows"]] == ["0", "1"]
+    assert by_seed["rows"][1][by_seed["columns"].index("E3")] == FAIL
+    assert any("(paper: 0.031)" in r[0] for r in spread_["rows"])

@@ -188,11 +188,15 @@ def load(folder: Path) -> dict:
         # Judged without it, the claims would silently change (a NOT RUN instead of a verdict).
         raise UsageError(f"{folder}: {REFERENCE_FILE} lists {missing[0]}, which is not a file in it "
                          f"({len(missing)} of {len(files)} listed files missing; a file git ignores is not in a clone)")
+    from stackedheads import seeds
+
+    tables = []
     try:
         found = claims_mod.folder_claims(folder)
-    except UsageError:
+        # Sections 8-9 seed by seed: the claims combine the seeds (any FAIL fails).
+        tables.extend(seeds.seed_tables(seeds.folder_seeds(folder, folder.name)))
+    except UsageError:  # files the claims cannot judge: their verdicts as published, no table
         found = [claims_mod.Claim(**c) for c in json.loads((folder / "claims.json").read_text())] if (folder / "claims.json").exists() else []
-    tables = []
     if (folder / "phase.json").exists() and (folder / "results.jsonl").exists():
         from stackedheads.claims import beyond
         from stackedheads.depth import read_results

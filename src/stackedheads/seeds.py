@@ -158,6 +158,24 @@ def section_seeds(folder: Path, stage_name: str, label: str) -> RunSeeds | None:
     return RunSeeds(label, str(folder), section, recipe_of(train["config"]), rows)
 
 
+def folder_seeds(folder: Path, label: str) -> list[RunSeeds]:
+    """The sections of one folder that have discovered circuits ([] when none has)."""
+    return [s for name in SECTION_OF if (s := section_seeds(Path(folder), name, label))]
+
+
+def seed_tables(runs: list[RunSeeds]) -> list[dict]:
+    """Each run's per-seed table and its distribution as ``{"title", "columns", "rows"}`` (the
+    report's tables)."""
+    out = []
+    for run in runs:
+        head, rows = seed_table(run)
+        out.append({"title": f"Seed by seed ({run.section}; {recipe_text(run.recipe)}) (stackedheads seeds)",
+                    "columns": head, "rows": rows})
+        out.append({"title": "Over the seeds, beside the paper", "columns": ["measure"],
+                    "rows": [[line] for line in distribution_lines(run)]})
+    return out
+
+
 def collect_seeds(folders: list[Path], labels: list[str] | None = None) -> list[RunSeeds]:
     """Every section with circuits in every folder (a reproduce folder, or stage folders laid
     out by hand: ``circuits/`` and ``emergence/`` as :mod:`stackedheads.layout` names them)."""
@@ -169,7 +187,7 @@ def collect_seeds(folders: list[Path], labels: list[str] | None = None) -> list[
         folder = Path(folder)
         if not folder.is_dir():
             raise UsageError(f"{folder} is not a folder")
-        found = [s for name in SECTION_OF if (s := section_seeds(folder, name, labels[i] if labels else folder.name))]
+        found = folder_seeds(folder, labels[i] if labels else folder.name)
         if not found:
             raise UsageError(f"{folder} has no discovered circuits under circuits/ or emergence/ "
                              "(run `stackedheads circuit discover` on its training run first)")
