@@ -175,3 +175,23 @@ def test_library_errors_name_fields_and_the_cli_writes_their_flags():
     assert flag("concurrency", "--llm-") == "--llm-concurrency" and flag("n_threads", "--llm-") == "--llm-threads"
     passed = _worker_error(json.dumps({"message": str(e), "fields": e.fields}))
     assert str(passed) == str(e) and passed.fields == e.fields
+
+
+def test_progress_in_a_log_is_a_line_a_minute(capsys):
+    """Where stderr is no terminal (nohup, a scheduler), rich draws nothing until the end: a long
+    training says where it is once a minute instead, with its pace and the time left."""
+    from stackedheads.cli._app import LOG_EVERY_S, _LogProgress
+
+    now = [100.0]
+    log = _LogProgress(clock=lambda: now[0])
+    update = log.factory("train sec8")
+    capsys.readouterr()
+    for step in range(2001, 2101):  # a resumed run: the pace counts from this process's first step
+        now[0] += 2.0
+        update(step, 24_000)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == int(99 * 2.0 // LOG_EVERY_S)
+    assert lines[0].startswith("train sec8: 2,031/24,000 (8%), 2 s each, 12h12m left"), lines
+    update(24_000, 24_000)  # the end is always said
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith("train sec8: 24,000/24,000 (100%)") and last.endswith(" s each, done")

@@ -18,8 +18,50 @@ app = typer.Typer(
 console = Console(stderr=True)
 
 
+LOG_EVERY_S = 60.0  # a progress line in a log (stderr not a terminal) at most this often
+
+
+class _LogProgress:
+    """Progress for a log file (``nohup``, a scheduler's job): rich draws no bar where stderr is no
+    terminal, so a long run would say nothing for hours. One line per task at most every
+    :data:`LOG_EVERY_S` seconds and at its end: the step, the pace since this process started
+    (a resumed run starts mid-way) and the time left at that pace."""
+
+    def __init__(self, clock=None) -> None:
+        import time
+
+        self.clock = clock or time.monotonic
+        self.seen: dict[str, tuple[float, int, float]] = {}  # name -> (start time, start step, last line's time)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def update(self, name: str, step: int, total: int) -> None:
+        now = self.clock()
+        t0, s0, last = self.seen.setdefault(name, (now, step, now))
+        if step < total and now - last < LOG_EVERY_S:
+            return
+        self.seen[name] = (t0, s0, now)
+        line = f"{name}: {step:,}/{total:,} ({step / total:.0%})" if total else f"{name}: {step:,}"
+        if step > s0 and now > t0:
+            each = (now - t0) / (step - s0)
+            left = max(total - step, 0) * each
+            line += f", {each:.3g} s each" + (f", {left // 3600:.0f}h{left % 3600 // 60:02.0f}m left" if left else ", done")
+        console.print(line, highlight=False, markup=False)
+
+    def factory(self, name: str):
+        return lambda step, total: self.update(name, step, total)
+
+
 def progress_bar(description: str):
-    """A rich progress bar on stderr; returns (context manager, callback(step, total))."""
+    """A rich progress bar on stderr (progress lines where stderr is no terminal: a log); returns
+    (context manager, callback factory: name -> callback(step, total))."""
+    if not console.is_terminal:
+        log = _LogProgress()
+        return log, log.factory
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
