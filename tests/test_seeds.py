@@ -10,6 +10,7 @@ from test_claims import K1, K2, K3, K4, PAPER_SEEN, PAPER_SERVES, REDUNDANT, fou
 
 from stackedheads import claims, seeds
 from stackedheads.claims import FAIL, INCONCLUSIVE, PASS
+from stackedheads.errors import UsageError
 from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN
 
 OUT_OF_ORDER = ({K1: 3600, K2: 4400, K3: 3920, K4: 5600}, {K1: [1, 2, 3, 4], K2: [2, 3, 4], K3: [3, 4], K4: [4]})
@@ -82,6 +83,23 @@ def test_recipes_side_by_side(tmp_path):
     assert "### GPT-2 (sec9; decay_exempt ['norm', 'bias'])" in md and "### Side by side" in md
     assert "final_val_loss: GPT-2 0.055, decay all 0.0045 (paper: 0.031): GPT-2 is closer" in md
     assert seeds.compare(runs[:1]) == []  # one run: nothing to compare
+    with pytest.raises(UsageError, match="both labelled same"):
+        seeds.compare(seeds.collect_seeds([gpt2, every], ["same", "same"]))
+
+
+def test_below_sec8s_bound_is_as_close_as_can_be(tmp_path):
+    """Sec. 8.2's 0.01 is an upper bound: 0.001 is no further from it than 0.009, 0.02 is."""
+    def sec8_folder(name, final):
+        t = train(final=final)
+        _write(tmp_path / name / "circuits" / "runs" / CIRCUITS_RUN / "summary.json", t)
+        _write(tmp_path / name / "circuits" / "discovered" / "seed0" / "summary.json", found())
+        return tmp_path / name
+
+    def closer(a, b):
+        runs = seeds.collect_seeds([sec8_folder("a", a), sec8_folder("b", b)])
+        return next(r for r in seeds.compare(runs) if r["measure"] == "final_val_loss")["closer"]
+
+    assert closer(0.001, 0.009) is None and closer(0.001, 0.02) == "a" and closer(0.03, 0.02) == "b"
 
 
 def test_circuits_without_their_training_summary(tmp_path):

@@ -198,14 +198,22 @@ def collect_seeds(folders: list[Path], labels: list[str] | None = None) -> list[
 def compare(runs: list[RunSeeds]) -> list[dict]:
     """Runs of one section side by side: on each measure with a number in the paper, which run's
     median is closer to it (final MSE on a log scale: a factor of 2 above or below is as far),
-    and each claim's passing seeds. Says nothing where only one run of a section is given."""
+    and each claim's passing seeds. Says nothing where only one run of a section is given; two
+    runs of one section under one label are refused (``--label`` tells them apart)."""
     out = []
     for section in ("sec8", "sec9"):
         same = [r for r in runs if r.section == section]
         if len(same) < 2:
             continue
+        labels = [r.label for r in same]
+        if len(set(labels)) < len(labels):
+            twice = sorted({lab for lab in labels if labels.count(lab) > 1})
+            raise UsageError(f"two {section} runs are both labelled {', '.join(twice)}: give one --label per folder")
         sums = {r.label: r.summary() for r in same}
-        measures = {"final_val_loss": lambda v, p: abs(math.log(v / p)) if v > 0 else math.inf}
+        if section == "sec8":  # Sec. 8.2's 0.01 is a bound: below it is as close as can be
+            measures = {"final_val_loss": lambda v, p: max(0.0, math.log(v / p)) if v > 0 else 0.0}
+        else:
+            measures = {"final_val_loss": lambda v, p: abs(math.log(v / p)) if v > 0 else math.inf}
         if section == "sec9":
             measures["plateau_epochs"] = lambda v, p: abs(v - p)
         for name, distance in measures.items():
