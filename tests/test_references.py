@@ -166,8 +166,10 @@ def test_results_sec9_judges_as_the_readme_says_from_a_fresh_clone(tmp_path):
     found = {c.id: c for c in claims.folder_claims(folder) if c.id.startswith("E")}
     assert {k: c.verdict for k, c in found.items()} == {
         "E1": claims.INCONCLUSIVE, "E2": claims.INCONCLUSIVE, "E3": claims.FAIL, "E4": claims.PASS}
-    assert "above the threshold for x1, x2, x4" in found["E1"].measured
-    assert "x1 800, x2 1200, x3 1600, x4 2080" in found["E4"].measured
+    # Four seeds: E1 is undecided by seed 3's unexplained row, E3 fails on seeds 1 and 3.
+    assert "seed 3:" in found["E1"].measured
+    assert "seed 1: out of order" in found["E3"].measured and "seed 3: out of order" in found["E3"].measured
+    assert "seed 3: in order: first evaluated step below the C2 threshold: x1 400, x2 480, x3 560, x4 640" in found["E4"].measured
     assert [c.id for c in references.load(folder)["claims"]] == ["E1", "E2", "E3", "E4"]
     # Without its run's summary the gated claims name the missing file; E4 needs only the timeline.
     (folder / "emergence" / "runs" / "transformer-D" / "summary.json").unlink()
@@ -179,14 +181,18 @@ def test_results_sec9_judges_as_the_readme_says_from_a_fresh_clone(tmp_path):
         references.load(folder)
 
 
-def test_the_recovered_sec9_run_files_are_what_its_reproduce_stage_read():
-    """emergence/done.json's "train" is the run's summary.json as reproduce read it; the
-    regenerated summary.json and config.json must say exactly the same."""
-    stage = ROOT / "results" / "sec9" / "emergence"
-    done = json.loads((stage / "done.json").read_text())
-    run = stage / "runs" / "transformer-D"
-    assert json.loads((run / "summary.json").read_text()) == done["train"]
-    assert json.loads((run / "config.json").read_text()) == done["train"]["config"]
+def test_results_sec9_is_the_whole_ensemble_and_re_judges_to_its_published_table(tmp_path, cli):
+    """Every seed the run trained has its circuit and timeline in the clone, and the per-seed
+    table computed from the tracked files alone is the one the run published (seeds.md)."""
+    folder = fresh_copy(tmp_path, "sec9")
+    seeds = json.loads((folder / "emergence" / "runs" / "transformer-D" / "config.json").read_text())["seeds"]
+    assert seeds == [0, 1, 2, 3]
+    for s in seeds:
+        assert (folder / "emergence" / "discovered" / f"seed{s}" / "circuit.json").is_file()
+        assert (folder / "emergence" / "timeline" / f"seed{s}" / "timeline.json").is_file()
+    r = cli("seeds", folder, "--markdown", "--label", "evidence-sec9-gpt2")
+    assert r.code == 0, r.err
+    assert r.out.strip() == (folder / "seeds.md").read_text().strip()
 
 
 def test_results_sec8_judges_without_an_error_from_a_fresh_clone(tmp_path, cli):
