@@ -3,6 +3,7 @@
 import pytest
 import torch
 from conftest import is_figure
+from helpers import one_error
 
 from stackedheads.circuits import rules
 from stackedheads.circuits.ablate import (
@@ -463,3 +464,8 @@ def test_discovery_one_seed_at_a_time_gives_the_same_files(tmp_path, cli):
             assert (tmp_path / "one" / f"seed{seed}" / name).read_bytes() == (tmp_path / "all" / f"seed{seed}" / name).read_bytes()
     code, _, err = cli("circuit", "discover", run, "--out", tmp_path / "bad", "--seeds", "0,7")
     assert code == 2 and "has seeds 0, 1; asked for 0, 7" in err and not (tmp_path / "bad" / "seed0").exists()
+    # Another threshold for one seed would mix two discoveries in one folder: refused, nothing written.
+    before = (tmp_path / "one" / "seed0" / "circuit.json").read_bytes()
+    code, _, err = cli("circuit", "discover", run, "--out", tmp_path / "one", "--seeds", "0", "--threshold", "0.07")
+    assert code == 2 and one_error(err) and "seed1/circuit.json was discovered at step 20" in err and "one discovery" in err, err
+    assert (tmp_path / "one" / "seed0" / "circuit.json").read_bytes() == before

@@ -429,7 +429,7 @@ def test_the_report_shows_budgets_groups_and_the_timeline(tmp_path):
     assert "per-position budgets 0.05, 0.05, 0.05" in page and "0.01, 0.02, 0.09" in page
     assert f"Redundant groups (useful only together): {K1} + {K1B}" in page
     assert "Emergence timeline, seed 0" in page and "8 steps per epoch" in page
-    assert "first path crosses 0.5 attention: <b>3560 (445)</b>" in page
+    assert "first path serving a position crosses 0.5 attention: <b>3560 (445)</b>" in page
     # x2 emerges with its own head (interpolated 3880 = epoch 485; first seen at 3920 = 490).
     assert f"<td>x2</td><td>{K2}</td><td class=\"num\">3880 (485)</td><td class=\"num\">3920 (490)</td>" in page
 

@@ -195,3 +195,14 @@ def test_progress_in_a_log_is_a_line_a_minute(capsys):
     update(24_000, 24_000)  # the end is always said
     last = capsys.readouterr().err.splitlines()[-1]
     assert last.startswith("train sec8: 24,000/24,000 (100%)") and last.endswith(" s each, done")
+    near = log.factory("near the end")
+    near(23_990, 24_000)
+    now[0] += LOG_EVERY_S
+    near(23_995, 24_000)
+    assert capsys.readouterr().err.splitlines()[-1].endswith(", under a minute left")
+    unknown = log.factory("no total")  # a total of 0: a line a minute, never one per call
+    for step in range(1, 41):  # 80 s: the first call starts the clock, a line at 60 s
+        now[0] += 2.0
+        unknown(step, 0)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "done" not in lines[0] and "left" not in lines[0], lines

@@ -167,7 +167,7 @@ def test_results_sec9_judges_as_the_readme_says_from_a_fresh_clone(tmp_path):
     assert {k: c.verdict for k, c in found.items()} == {
         "E1": claims.INCONCLUSIVE, "E2": claims.INCONCLUSIVE, "E3": claims.FAIL, "E4": claims.PASS}
     # Four seeds: E1 is undecided by seed 3's unexplained row, E3 fails on seeds 1 and 3.
-    assert "seed 3:" in found["E1"].measured
+    assert "x4 over budget with 1 unexplained rows" in found["E1"].measured.split("seed 3:")[1]
     assert "seed 1: out of order" in found["E3"].measured and "seed 3: out of order" in found["E3"].measured
     assert "seed 3: in order: first evaluated step below the C2 threshold: x1 400, x2 480, x3 560, x4 640" in found["E4"].measured
     assert [c.id for c in references.load(folder)["claims"]] == ["E1", "E2", "E3", "E4"]
@@ -190,7 +190,7 @@ def test_results_sec9_is_the_whole_ensemble_and_re_judges_to_its_published_table
     for s in seeds:
         assert (folder / "emergence" / "discovered" / f"seed{s}" / "circuit.json").is_file()
         assert (folder / "emergence" / "timeline" / f"seed{s}" / "timeline.json").is_file()
-    r = cli("seeds", folder, "--markdown", "--label", "evidence-sec9-gpt2")
+    r = cli("seeds", folder, "--markdown")
     assert r.code == 0, r.err
     assert r.out.strip() == (folder / "seeds.md").read_text().strip()
 

@@ -77,7 +77,7 @@ def test_recipes_side_by_side(tmp_path):
     # 0.055 is a factor 1.8 above 0.031, 0.0045 a factor 6.9 below: the first is closer.
     assert got["final_val_loss"]["closer"] == "GPT-2"
     assert got["plateau_epochs"]["closer"] == "decay all"  # 445 epochs against 70
-    assert got["E3 seeds passing"]["medians"] == {"GPT-2": 2, "decay all": 1} and got["E3 seeds passing"]["closer"] == "GPT-2"
+    assert got["E3 seeds passing"]["medians"] == {"GPT-2": "2/2", "decay all": "1/2"} and got["E3 seeds passing"]["closer"] == "GPT-2"
     assert got["E4 seeds passing"]["closer"] is None  # 2 and 2: a tie names nobody
     md = seeds.markdown(runs)
     assert "### GPT-2 (sec9; decay_exempt ['norm', 'bias'])" in md and "### Side by side" in md
@@ -155,3 +155,60 @@ def test_a_reference_shows_its_seeds(tmp_path):
     assert by_seed["columns"][0] == "seed" and [r[0] for r in by_seed["rows"]] == ["0", "1"]
     assert by_seed["rows"][1][by_seed["columns"].index("E3")] == FAIL
     assert any("(paper: 0.031)" in r[0] for r in spread_["rows"])
+
+
+def test_passing_seeds_are_compared_as_a_share(tmp_path):
+    """The paper's target is every seed: 1 of 1 passing is closer than 2 of 3."""
+    like, bad = timeline(PAPER_SEEN, PAPER_SERVES, REDUNDANT), timeline(*OUT_OF_ORDER)
+    one = emergence_folder(tmp_path / "one", [0.03], [like])
+    three = emergence_folder(tmp_path / "three", [0.03, 0.03, 0.03], [like, like, bad])
+    got = {r["measure"]: r for r in seeds.compare(seeds.collect_seeds([one, three]))}
+    assert got["E3 seeds passing"]["medians"] == {"one": "1/1", "three": "2/3"} and got["E3 seeds passing"]["closer"] == "one"
+
+
+def test_a_path_with_no_measured_role_does_not_end_the_plateau(tmp_path):
+    """Sec. 9.2's plateau ends with the first head that does part of the task: a positional
+    shortcut whose ablation harms no position, crossing 0.5 earlier, is named but does not end
+    it, nor count as the first head (E2). The timeline's stored plateau (every path) is not read."""
+    from stackedheads.ordering import end_of_plateau
+
+    silent = "L2.0 s3->p12"
+    tl = timeline({**PAPER_SEEN, silent: 800}, {**PAPER_SERVES, silent: []}, REDUNDANT)
+    assert tl["plateau_steps"] == 760.0 and tl["first_paths"] == [silent]  # as written before the rule
+    assert end_of_plateau(tl) == (3560.0, [K1], [silent])
+    (run,) = seeds.collect_seeds([emergence_folder(tmp_path / "run", [0.03], [tl])])
+    row = run.rows[0]
+    assert row.plateau_epochs == pytest.approx(3560 / 8) and row.first_paths == [K1]
+    assert row.verdicts["E2"] == PASS
+    assert "445 epochs (paper: 450 epochs) (earlier, with no measured role: L2.0 s3->p12 (positional shortcut))" in row.measured["E2"]
+    # A timeline written before emerged_seen was kept: its stored first paths, less the silent one.
+    old = {k: v for k, v in tl.items() if k != "emerged_seen"}
+    old["first_paths"] = [silent, K1]
+    assert end_of_plateau(old) == (3560.0, [K1], [silent])
+
+
+def test_circuits_without_timelines_say_so(tmp_path):
+    """After `circuit discover`, before `emergence`: no plateau or order is claimed."""
+    folder = emergence_folder(tmp_path / "run", [0.03, 0.04], [])
+    for s in (0, 1):
+        _write(folder / "emergence" / "discovered" / f"seed{s}" / "summary.json", found())
+    (run,) = seeds.collect_seeds([folder])
+    lines = seeds.distribution_lines(run)
+    assert any("no emergence timeline yet" in line for line in lines)
+    assert not any("chain order" in line or "no path" in line for line in lines)
+
+
+def test_circuits_of_seeds_the_run_did_not_train_are_refused(tmp_path):
+    folder = emergence_folder(tmp_path / "run", [0.03], [])
+    _write(folder / "emergence" / "discovered" / "seed7" / "summary.json", found())
+    with pytest.raises(UsageError, match="seeds its training run did not train"):
+        seeds.collect_seeds([folder])
+
+
+def test_the_recipe_names_what_tells_recipes_apart():
+    nested = {"steps": 6400, "batch_size": 256, "dtype": "bfloat16",
+              "optim": {"lr": 1e-3, "warmup_steps": 200, "grad_clip": 1.0, "weight_decay": 0.1, "decay_exempt": []}}
+    assert seeds.recipe_of(nested) == {"steps": 6400, "batch_size": 256, "lr": 1e-3, "warmup_steps": 200,
+                                       "grad_clip": 1.0, "weight_decay": 0.1, "decay_exempt": [], "dtype": "bfloat16"}
+    flat = {"steps": 100, "lr": 3e-3, "weight_decay": 0.0}  # configs written before `optim`
+    assert seeds.recipe_of(flat) == {"steps": 100, "lr": 3e-3, "weight_decay": 0.0}

@@ -30,7 +30,7 @@ from stackedheads.circuits.ablate import Circuit, check_shape
 from stackedheads.circuits.paths import CircuitPath, dst_label
 from stackedheads.circuits.rules import path_ends
 from stackedheads.errors import UsageError
-from stackedheads.ordering import order_of
+from stackedheads.ordering import end_of_plateau, order_of
 from stackedheads.plots import pyplot, save_figure
 from stackedheads.storage import RunFolder, atomic_write_json, check_seeds
 from stackedheads.training import (
@@ -91,8 +91,8 @@ class Timeline:
     groups: list[list[str]]  # redundant groups of the circuit (useful only together)
     positions: dict[str, dict]  # "x{j}" -> new paths, step, seen step, epoch, status
     order: str  # ordering.order_of over the positions, or "inconclusive" (a position has no new path)
-    first_paths: list[str]  # the paths seen first
-    plateau_steps: float | None  # steps before the first path emerges (Sec. 9.2: 450 epochs)
+    first_paths: list[str]  # the paths serving a position seen first (:func:`end_of_plateau`)
+    plateau_steps: float | None  # steps before the first of them emerges (Sec. 9.2: 450 epochs)
     loss_drops: dict[str, int | None]  # first evaluated step each partial loss is below the C2 threshold
     loss_drop_order: str
 
@@ -178,14 +178,12 @@ def timeline(run_dir: str | Path, circuits: dict[int, Circuit], n_seqs: int = 32
         positions = position_emergence(emerged, seen, serves, groups, cfg.task.depth)
         for p in positions.values():
             p["epoch"] = None if p["step"] is None else cfg.epoch(p["step"])
-        first = min((v for v in seen.values() if v is not None), default=None)
+        plateau, first, _ = end_of_plateau({"serves": serves, "emerged": emerged, "emerged_seen": seen})
         parts = [f"val_x{j}" for j in range(1, cfg.task.depth + 1)]
         drops = crossing_steps(metrics, s, parts, cross_threshold(cfg.task.chains))
         out.append(Timeline(
             s, steps, [cfg.epoch(x) for x in steps], paths, attn[s], emerged, seen, serves, groups, positions,
-            position_order(positions), sorted(k for k, v in seen.items() if v is not None and v == first),
-            min((v for v in emerged.values() if v is not None), default=None),
-            {k[4:]: v for k, v in drops.items()}, order_of(list(drops.values())),
+            position_order(positions), first, plateau, {k[4:]: v for k, v in drops.items()}, order_of(list(drops.values())),
         ))
     return out
 

@@ -29,3 +29,26 @@ def order_of(steps: list[float | None]) -> str:
     if any(a == b for a, b in zip(crossed, crossed[1:])):
         return "tie"
     return "in order"
+
+
+def end_of_plateau(t: dict) -> tuple[float | None, list[str], list[str]]:
+    """Sec. 9.2's plateau ends when the first head that does part of the task emerges: of a
+    timeline (``Timeline.to_dict``), the interpolated step the first path serving a chain
+    position crosses 0.5, the paths serving one seen first, and the paths with no measured role
+    (ablated, they raise no position's loss: e.g. a positional shortcut) that crossed earlier.
+
+    A path with no measured role does not end the plateau: it retrieves nothing the partial
+    losses see. Read from the timeline's own fields, so a timeline written before this rule
+    (whose stored ``plateau_steps`` counted every path) is read by it too."""
+    serves, emerged = t["serves"], t["emerged"]
+    serving = [k for k in emerged if serves.get(k)]
+    plateau = min((emerged[k] for k in serving if emerged[k] is not None), default=None)
+    seen = t.get("emerged_seen")
+    if seen is None:  # written before emerged_seen was kept: its first paths, less the silent ones
+        first = [k for k in t["first_paths"] if serves.get(k)]
+    else:
+        s0 = min((seen[k] for k in serving if seen.get(k) is not None), default=None)
+        first = sorted(k for k in serving if s0 is not None and seen.get(k) == s0)
+    silent = sorted(k for k in emerged if not serves.get(k) and emerged[k] is not None
+                    and (plateau is None or emerged[k] < plateau))
+    return plateau, first, silent

@@ -193,10 +193,12 @@ def load(folder: Path) -> dict:
     tables = []
     try:
         found = claims_mod.folder_claims(folder)
-        # Sections 8-9 seed by seed: the claims combine the seeds (any FAIL fails).
-        tables.extend(seeds.seed_tables(seeds.folder_seeds(folder, folder.name)))
-    except UsageError:  # files the claims cannot judge: their verdicts as published, no table
+    except UsageError:  # files the claims cannot judge: their verdicts as published
         found = [claims_mod.Claim(**c) for c in json.loads((folder / "claims.json").read_text())] if (folder / "claims.json").exists() else []
+    try:  # Sections 8-9 seed by seed: the claims combine the seeds (any FAIL fails)
+        tables.extend(seeds.seed_tables(seeds.folder_seeds(folder, folder.name)))
+    except UsageError as e:  # a table the files cannot give: said in its place, the claims kept
+        tables.append({"title": "Seed by seed (stackedheads seeds)", "columns": ["unavailable"], "rows": [[str(e)]]})
     if (folder / "phase.json").exists() and (folder / "results.jsonl").exists():
         from stackedheads.claims import beyond
         from stackedheads.depth import read_results

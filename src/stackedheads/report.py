@@ -32,6 +32,7 @@ from stackedheads.claims._circuits import budget_text, mapped_text, read_discove
 from stackedheads.errors import UsageError
 from stackedheads import layout
 from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN, STAGE_NAMES
+from stackedheads.ordering import end_of_plateau
 from stackedheads.storage import DONE, RunFolder, atomic_write_json, atomic_write_text
 
 PACKAGES = (
@@ -330,7 +331,7 @@ def _timeline_tables(folder: Path) -> list[dict]:
         out.append({
             "seed": p.parent.name[4:],
             "steps_per_epoch": (1 / per) if per else None,
-            "plateau": "no path crossed 0.5 attention" if t["plateau_steps"] is None else when(t["plateau_steps"], per),
+            "plateau": "no path serving a position crossed 0.5 attention" if (end := end_of_plateau(t)[0]) is None else when(end, per),
             "order": t["order"], "loss_drop_order": t["loss_drop_order"],
             "positions": [
                 {"x": x, "new_paths": ", ".join(q["new_paths"]) or "none", "status": q["status"],

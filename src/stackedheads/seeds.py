@@ -26,6 +26,7 @@ from stackedheads.claims import PASS, VERDICTS
 from stackedheads.claims._circuits import heads_in, read_timeline, stage_from_files
 from stackedheads.errors import UsageError
 from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN, timeline
+from stackedheads.ordering import end_of_plateau
 
 # The paper's numbers the distributions are set beside (the claims modules hold the thresholds).
 PAPER = {
@@ -48,7 +49,7 @@ class SeedRow:
     unexplained_rows: int | None = None
     shortcut_heads: int | None = None
     loss_drops: dict[str, int | None] | None = None  # Sec. 9: first step each partial is below C2's threshold
-    plateau_epochs: float | None = None  # Sec. 9: epochs before the first path crosses 0.5
+    plateau_epochs: float | None = None  # Sec. 9: epochs before the first path serving a position crosses 0.5
     first_paths: list[str] = field(default_factory=list)
     loss_drop_order: str | None = None  # ordering.order_of over loss_drops (E4)
     emerged_at: dict[str, int | None] | None = None  # Sec. 9: first checkpoint each position's new paths are all >= 0.5
@@ -73,6 +74,7 @@ class RunSeeds:
         finals = [r.final_val_loss for r in self.rows if r.final_val_loss is not None]
         out = {"seeds": len(self.rows), "final_val_loss": spread(finals)}
         if self.section == "sec9":
+            out["timelines"] = sum(r.loss_drops is not None for r in self.rows)
             out["plateau_epochs"] = spread([r.plateau_epochs for r in self.rows if r.plateau_epochs is not None])
             # In order means every position did it, at strictly increasing steps (E3's and E4's shape).
             out["loss_drops_in_order"] = sum(r.loss_drop_order == "in order" and None not in r.loss_drops.values()
@@ -99,14 +101,15 @@ def recipe_text(recipe: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in recipe.items()) or "recipe unknown (no training summary)"
 
 
+RECIPE_KEYS = ("steps", "batch_size", "lr", "warmup_steps", "schedule", "min_lr_ratio", "grad_clip",
+               "weight_decay", "decay_exempt", "dtype", "device")
+
+
 def recipe_of(config: dict) -> dict:
-    """What tells recipes apart, from a run's config (as its summary.json holds it)."""
+    """What tells recipes apart, from a run's config (as its summary.json holds it; the
+    optimiser's settings under ``optim``, or at the top level in configs written before it)."""
     optim = config.get("optim", {})
-    return {k: v for k, v in (
-        ("steps", config.get("steps")), ("decay_exempt", optim.get("decay_exempt")),
-        ("weight_decay", optim.get("weight_decay")), ("schedule", optim.get("schedule")),
-        ("dtype", config.get("dtype")), ("device", config.get("device")),
-    ) if v is not None}
+    return {k: v for k in RECIPE_KEYS if (v := optim.get(k, config.get(k))) is not None}
 
 
 def _one_seed(stage: dict, seed: str) -> dict:
@@ -122,6 +125,9 @@ def section_seeds(folder: Path, stage_name: str, label: str) -> RunSeeds | None:
     stage = stage_from_files(stage_dir, CIRCUITS_RUN if stage_name == "circuits" else EMERGENCE_RUN)
     if stage is None:
         return None
+    if not stage["circuits"]:  # stage_from_files keeps only the seeds the run trained
+        raise UsageError(f"{stage_dir}: its discovered circuits are for seeds its training run did not train "
+                         "(circuits of another run?)")
     # A reference whose training summary is lost still has its circuits: their seeds, no final losses.
     train = stage["train"] or {"config": {}, "seeds": {s: {} for s in stage["circuits"]}}
     section = SECTION_OF[stage_name]
@@ -149,9 +155,10 @@ def section_seeds(folder: Path, stage_name: str, label: str) -> RunSeeds | None:
             t = read_timeline(tl_dir / f"seed{seed}" / "timeline.json", stage_dir)
             row.loss_drops, row.loss_drop_order = t["loss_drops"], t["loss_drop_order"]
             per = t["epochs"][-1] / t["steps"][-1] if t["steps"][-1] else 0.0
-            row.plateau_epochs = None if t["plateau_steps"] is None else t["plateau_steps"] * per
-            row.first_paths = t["first_paths"]
-            row.emerged_at = {x: p.get("seen") for x, p in t["positions"].items()}
+            plateau, row.first_paths, _ = end_of_plateau(t)
+            row.plateau_epochs = None if plateau is None else plateau * per
+            # "seen" (the first checkpoint) is optional in older timelines: their interpolated step
+            row.emerged_at = {x: p["seen"] if "seen" in p else p["step"] for x, p in t["positions"].items()}
             row.no_path_of_its_own = [x for x, p in t["positions"].items() if not p["new_paths"]]
             row.emergence_order = t["order"]
         rows.append(row)
@@ -211,7 +218,8 @@ def compare(runs: list[RunSeeds]) -> list[dict]:
             raise UsageError(f"two {section} runs are both labelled {', '.join(twice)}: give one --label per folder")
         sums = {r.label: r.summary() for r in same}
         if section == "sec8":  # Sec. 8.2's 0.01 is a bound: below it is as close as can be
-            measures = {"final_val_loss": lambda v, p: max(0.0, math.log(v / p)) if v > 0 else 0.0}
+            measures = {"final_val_loss": lambda v, p: max(0.0, math.log(v / p)) if v > 0 else 0.0,
+                        "useful_heads": lambda v, p: abs(v - p)}
         else:
             measures = {"final_val_loss": lambda v, p: abs(math.log(v / p)) if v > 0 else math.inf}
         if section == "sec9":
@@ -227,11 +235,14 @@ def compare(runs: list[RunSeeds]) -> list[dict]:
                         "closer": None if tie else ranked[0]})
         ids = sorted({k for s in sums.values() for k in s["verdicts"]})
         for cid in ids:
-            passing = {lab: s["verdicts"].get(cid, {}).get(PASS, 0) for lab, s in sums.items()}
-            best = max(passing.values())
-            leaders = [lab for lab, n in passing.items() if n == best]
+            # The paper's target is every seed: the share passing, not the count (3 of 8 is not
+            # closer than 2 of 2).
+            passing = {lab: (s["verdicts"].get(cid, {}).get(PASS, 0), s["seeds"]) for lab, s in sums.items()}
+            best = max(n / m for n, m in passing.values())
+            leaders = [lab for lab, (n, m) in passing.items() if n / m == best]
             out.append({"section": section, "measure": f"{cid} seeds passing", "paper": "every seed",
-                        "medians": passing, "closer": leaders[0] if len(leaders) == 1 else None})
+                        "medians": {lab: f"{n}/{m}" for lab, (n, m) in passing.items()},
+                        "closer": leaders[0] if len(leaders) == 1 else None})
     return out
 
 
@@ -252,7 +263,7 @@ def seed_table(run: RunSeeds) -> tuple[list[str], list[list[str]]]:
     ids = sorted({k for r in run.rows for k in r.verdicts})
     head = ["seed", "final val MSE", "max partial"]
     if run.section == "sec9":
-        head += ["x1.. below C2 (steps)", "plateau (epochs)", "first paths", "x1.. emerged (steps)"]
+        head += ["x1.. below C2 (steps)", "plateau (epochs)", "first paths", "x1.. emerged (checkpoint)"]
     head += ["useful heads", "unexplained rows", "shortcut heads", *ids]
     rows = []
     for r in run.rows:
@@ -276,13 +287,16 @@ def distribution_lines(run: RunSeeds) -> list[str]:
     lines = [(f"final val MSE: median {f['median']:.4f} (range {f['min']:.4f}-{f['max']:.4f}) over {n}"
               if f else f"final val MSE: unknown (the training summary is lost) for {n}")
              + (f" (paper: {paper['final_val_loss']})" if run.section == "sec9" else f" (paper: below {paper['final_val_loss']})")]
-    if run.section == "sec9":
-        p = s["plateau_epochs"]
-        lines.append(("plateau before the first path: median "
-                      f"{p['median']:.0f} epochs (range {p['min']:.0f}-{p['max']:.0f})" if p else "plateau: no path emerged")
+    if run.section == "sec9" and not s["timelines"]:
+        lines.append("plateau and orders: no emergence timeline yet (`stackedheads emergence` on the run with these circuits)")
+    elif run.section == "sec9":
+        p, of = s["plateau_epochs"], f"{s['timelines']} seed" + ("s" if s["timelines"] != 1 else "") + " with a timeline"
+        lines.append(("plateau before the first path serving a position: median "
+                      f"{p['median']:.0f} epochs (range {p['min']:.0f}-{p['max']:.0f})" if p
+                      else "plateau: no path serving a position emerged")
                      + f" (paper: about {paper['plateau_epochs']:.0f})")
-        lines.append(f"partial losses in chain order: {s['loss_drops_in_order']} of {n}; "
-                     f"paths emerged in chain order: {s['emerged_in_order']} of {s['seeds']} (paper: in order)")
+        lines.append(f"partial losses in chain order: {s['loss_drops_in_order']} of {of}; "
+                     f"paths emerged in chain order: {s['emerged_in_order']} of {s['timelines']} (paper: in order)")
     if s["useful_heads"]:
         u = s["useful_heads"]
         lines.append(f"useful heads: median {u['median']:g} (range {u['min']}-{u['max']})"

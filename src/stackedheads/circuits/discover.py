@@ -55,6 +55,7 @@ is listed in ``model_over_budget``.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from itertools import combinations
 from pathlib import Path
@@ -545,6 +546,24 @@ def discover_run(
         return _discover_run_locked(run_dir, out, checkpoint, cfg, seeds)
 
 
+def _check_same_discovery(out: Path, now: list[int], step: int, cfg: DiscoverConfig) -> None:
+    """The seeds already in ``out`` that this discovery leaves as they are must come from the same
+    checkpoint and settings: ``claims`` and ``seeds`` read the folder as one discovery (a seed
+    discovered while the run was still training, or with another threshold, would mix in)."""
+    for other in sorted(out.glob("seed*/circuit.json")):
+        if other.parent.name[4:] in {str(s) for s in now}:
+            continue  # rewritten now
+        try:
+            info = json.loads(other.read_text(encoding="utf-8")).get("info", {})
+        except (OSError, ValueError, AttributeError):
+            raise UsageError(f"{other} is not a readable circuit: remove it or discover into another folder") from None
+        if info.get("checkpoint") != step or info.get("config") != asdict(cfg):
+            raise UsageError(
+                f"{other} was discovered at step {info.get('checkpoint')} with {info.get('config')}; this discovery "
+                f"is at step {step} with {asdict(cfg)}: one folder holds one discovery (give the same "
+                "--checkpoint and settings, or another --out)")
+
+
 def _discover_run_locked(run_dir, out, checkpoint, cfg: DiscoverConfig, seeds) -> dict[int, Discovery]:
     from stackedheads.storage import atomic_write_json, check_seeds
     from stackedheads.training import checkpoint_for, load_model, validation_batch
@@ -559,6 +578,7 @@ def _discover_run_locked(run_dir, out, checkpoint, cfg: DiscoverConfig, seeds) -
         if absent or not seeds:
             raise UsageError(f"{run_dir} has seeds {', '.join(map(str, members))}; "
                              f"asked for {', '.join(map(str, seeds)) or 'none'}")
+    _check_same_discovery(Path(out), members if seeds is None else seeds, step, cfg)
     batch = validation_batch(tcfg)[: cfg.n_val]
     found = {}
     for e, seed in enumerate(members):

@@ -16,6 +16,7 @@ from stackedheads.claims._core import (
     not_run,
 )
 from stackedheads.layout import EMERGENCE_RUN, timeline
+from stackedheads.ordering import end_of_plateau
 
 SEC9 = "9 Emergence in transformer D"
 
@@ -55,24 +56,22 @@ def emergence_claims(stage: dict | None, timeline_dir: Path | None) -> list[Clai
 
     def e2(t):
         per = t["epochs"][-1] / t["steps"][-1] if t["steps"][-1] else 0.0
-        plateau = t["plateau_steps"]
-        text = "plateau before the first path: " + (
-            "no path emerged" if plateau is None else f"{plateau:.0f} steps = {plateau * per:.0f} epochs (paper: 450 epochs)"
-        )
-        first = t["first_paths"]
+        plateau, first, silent = end_of_plateau(t)
+        text = "plateau before the first path serving a position: " + (
+            "no such path emerged" if plateau is None else f"{plateau:.0f} steps = {plateau * per:.0f} epochs (paper: 450 epochs)"
+        ) + (f" (earlier, with no measured role: {', '.join(map(named, silent))})" if silent else "")
         if not first:
-            return INCONCLUSIVE, text + "; no path crossed 0.5"
+            return INCONCLUSIVE, text + "; no path serving a position crossed 0.5"
         # A path is new for x_j when it serves x_j but not x_(j-1) (as E3 times positions); the
         # induction head serves every later position too (they reuse it), but is new for x1 only.
         new = {k: [j for j in t["serves"].get(k, []) if j - 1 not in t["serves"].get(k, [])] for k in first}
         text += "; first: " + ", ".join(
-            f"{named(k)} (serves {', '.join('x%d' % j for j in t['serves'].get(k, [])) or 'nothing measurable'}; "
-            f"new for {', '.join('x%d' % j for j in v) or 'none'})" for k, v in new.items()
+            f"{named(k)} (serves {', '.join('x%d' % j for j in t['serves'][k])}; new for {', '.join('x%d' % j for j in v)})"
+            for k, v in new.items()
         ) + "; PASS needs it new for x1 and only x1, and every later x_j served by paths of its own"
         # Sec. 9.2 (i)'s first head is an induction head, content-based retrieval: a shortcut
         # (a fixed position, the other chains) emerging first is another mechanism, not it.
-        # A shortcut that serves no position has no measured role: the rule below says so.
-        shortcuts = [k for k in first if key_kind(k) != "retrieval" and t["serves"].get(k)]
+        shortcuts = [k for k in first if key_kind(k) != "retrieval"]
         if shortcuts and len(shortcuts) == len(first):
             return FAIL, text + f"; the first to emerge is a shortcut ({', '.join(map(named, shortcuts))}), not an induction head"
         if shortcuts:
@@ -84,8 +83,8 @@ def emergence_claims(stage: dict | None, timeline_dir: Path | None) -> list[Clai
             return INCONCLUSIVE, text + f" ({', '.join(alone)} served by no path of its own: the first path may retrieve them too)"
         if all(v == [1] for v in new.values()):
             return PASS, text
-        if any(v == [1] for v in new.values()) or any(not v for v in new.values()):
-            return INCONCLUSIVE, text + " (a tie at one checkpoint, or a path whose role is unmeasured)"
+        if any(v == [1] for v in new.values()):
+            return INCONCLUSIVE, text + " (a tie at one checkpoint with a path new for a later position)"
         return FAIL, text
 
     def e3(t, s):

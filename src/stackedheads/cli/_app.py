@@ -42,15 +42,19 @@ class _LogProgress:
     def update(self, name: str, step: int, total: int) -> None:
         now = self.clock()
         t0, s0, last = self.seen.setdefault(name, (now, step, now))
-        if step < total and now - last < LOG_EVERY_S:
+        # A line a minute, and one at the end (an unknown total has no end: a line a minute only).
+        if (step < total or not total) and now - last < LOG_EVERY_S:
             return
         self.seen[name] = (t0, s0, now)
         line = f"{name}: {step:,}/{total:,} ({step / total:.0%})" if total else f"{name}: {step:,}"
         if step > s0 and now > t0:
             each = (now - t0) / (step - s0)
-            left = max(total - step, 0) * each
-            line += f", {each:.3g} s each" + (f", {left // 3600:.0f}h{left % 3600 // 60:02.0f}m left" if left else ", done")
-        console.print(line, highlight=False, markup=False)
+            line += f", {each:.3g} s each"
+            if total:
+                left = max(total - step, 0) * each
+                line += (", done" if not left else ", under a minute left" if left < 60
+                         else f", {left // 3600:.0f}h{left % 3600 // 60:02.0f}m left")
+        console.print(line, highlight=False, markup=False, soft_wrap=True)  # one line in a log, however long
 
     def factory(self, name: str):
         return lambda step, total: self.update(name, step, total)

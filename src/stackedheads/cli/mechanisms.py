@@ -122,8 +122,8 @@ def emergence_cmd(
         )
         plateau = s["plateau_steps"]
         console.print(
-            f"seed {seed}: positions emerge {s['order']} ({shown}); plateau before the first path: "
-            + ("no path emerged" if plateau is None else f"{plateau:.0f} steps = {plateau / per:.0f} epochs (paper: 450 epochs)")
+            f"seed {seed}: positions emerge {s['order']} ({shown}); plateau before the first path serving a position: "
+            + ("no such path emerged" if plateau is None else f"{plateau:.0f} steps = {plateau / per:.0f} epochs (paper: 450 epochs)")
         )
     o = summary["ordering"]
     console.print(f"x1, x2, ... emerge strictly in order in {o['in_order']} of {o['decided']} decided runs (of {o['runs']}; {o['counts']})")

@@ -143,8 +143,9 @@ def seeds_cmd(
     from stackedheads import seeds
 
     runs = seeds.collect_seeds(folders, label)
+    comparison = seeds.compare(runs)  # refuses two runs under one label before anything is printed
     if as_json:
-        data = {"runs": [r.to_dict() for r in runs], "paper": seeds.PAPER, "comparison": seeds.compare(runs)}
+        data = {"runs": [r.to_dict() for r in runs], "paper": seeds.PAPER, "comparison": comparison}
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return
     if as_markdown:
@@ -161,7 +162,7 @@ def seeds_cmd(
         out.print(t)
         for line in seeds.distribution_lines(run):
             out.print(f"  {line}", highlight=False)
-    for line in seeds.comparison_lines(seeds.compare(runs)):
+    for line in seeds.comparison_lines(comparison):
         out.print(line, highlight=False)
 
 
