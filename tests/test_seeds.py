@@ -212,3 +212,22 @@ def test_the_recipe_names_what_tells_recipes_apart():
                                        "grad_clip": 1.0, "weight_decay": 0.1, "decay_exempt": [], "dtype": "bfloat16"}
     flat = {"steps": 100, "lr": 3e-3, "weight_decay": 0.0}  # configs written before `optim`
     assert seeds.recipe_of(flat) == {"steps": 100, "lr": 3e-3, "weight_decay": 0.0}
+
+
+def test_a_reference_whose_seed_table_cannot_be_made_keeps_its_claims(tmp_path):
+    """The report's reference section: a table the files cannot give is said in its place, and
+    the claims are still re-judged from the files (not replaced by the published claims.json)."""
+    from stackedheads import references
+
+    folder = emergence_folder(tmp_path / "sec9", [0.03], [])
+    _write(folder / "emergence" / "discovered" / "seed7" / "summary.json", found())
+    _write(folder / "claims.json", [{"id": "E1", "section": "s", "paper": "p", "measured": "published", "verdict": PASS}])
+    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    (folder / references.REFERENCE_FILE).write_text(json.dumps({"name": "sec9", "files": files}))
+    loaded = references.load(folder)
+    assert "published" not in {c.measured for c in loaded["claims"]}
+    # Re-judged: circuits of no trained seed leave every claim NOT RUN, which the section omits.
+    assert {c.verdict for c in claims.folder_claims(folder) if c.id.startswith("E")} == {claims.NOT_RUN}
+    assert loaded["claims"] == []
+    (table,) = loaded["tables"]
+    assert table["columns"] == ["unavailable"] and "did not train" in table["rows"][0][0]
