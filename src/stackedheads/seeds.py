@@ -204,8 +204,9 @@ def collect_seeds(folders: list[Path], labels: list[str] | None = None) -> list[
 
 def compare(runs: list[RunSeeds]) -> list[dict]:
     """Runs of one section side by side: on each measure with a number in the paper, which run's
-    median is closer to it (final MSE on a log scale: a factor of 2 above or below is as far),
-    and each claim's passing seeds. Says nothing where only one run of a section is given; two
+    median is closer to it (final MSE on a log scale: a factor of 2 above or below is as far;
+    Sec. 8's useful heads and Sec. 9's plateau in heads and epochs), and which passes each claim
+    on a larger share of its seeds. Says nothing where only one run of a section is given; two
     runs of one section under one label are refused (``--label`` tells them apart)."""
     out = []
     for section in ("sec8", "sec9"):
