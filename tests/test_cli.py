@@ -198,7 +198,7 @@ def test_progress_in_a_log_is_a_line_a_minute(capsys):
     near = log.factory("near the end")
     near(23_990, 24_000)
     now[0] += LOG_EVERY_S
-    near(23_995, 24_000)
+    near(23_998, 24_000)  # 7.5 s each: 15 s left
     assert capsys.readouterr().err.splitlines()[-1].endswith(", under a minute left")
     unknown = log.factory("no total")  # a total of 0: a line a minute, never one per call
     for step in range(1, 41):  # 80 s: the first call starts the clock, a line at 60 s
