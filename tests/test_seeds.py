@@ -185,6 +185,8 @@ def test_a_path_with_no_measured_role_does_not_end_the_plateau(tmp_path):
     old = {k: v for k, v in tl.items() if k != "emerged_seen"}
     old["first_paths"] = [silent, K1]
     assert end_of_plateau(old) == (3560.0, [K1], [silent])
+    old["first_paths"] = [silent]  # every stored first path silent: the serving path crossing first
+    assert end_of_plateau(old) == (3560.0, [K1], [silent])
 
 
 def test_circuits_without_timelines_say_so(tmp_path):

@@ -44,8 +44,10 @@ def end_of_plateau(t: dict) -> tuple[float | None, list[str], list[str]]:
     serving = [k for k in emerged if serves.get(k)]
     plateau = min((emerged[k] for k in serving if emerged[k] is not None), default=None)
     seen = t.get("emerged_seen")
-    if seen is None:  # written before emerged_seen was kept: its first paths, less the silent ones
-        first = [k for k in t["first_paths"] if serves.get(k)]
+    if seen is None:  # written before emerged_seen was kept: its first paths, less the silent
+        # ones, or else the serving paths that cross first
+        first = [k for k in t["first_paths"] if serves.get(k)] or sorted(
+            k for k in serving if plateau is not None and emerged[k] == plateau)
     else:
         s0 = min((seen[k] for k in serving if seen.get(k) is not None), default=None)
         first = sorted(k for k in serving if s0 is not None and seen.get(k) == s0)
