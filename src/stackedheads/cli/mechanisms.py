@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from stackedheads.errors import UsageError
 from stackedheads.cli._app import (
     app,
     console,
@@ -23,8 +24,31 @@ def attention_cmd(
     checkpoint: Optional[int] = typer.Option(None, "--checkpoint", help="Step of the checkpoint (default: the last)."),
     seqs: int = typer.Option(4, "--seqs", help="Validation sequences drawn per layer."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Which ensemble member (default: the first)."),
+    over_training: bool = typer.Option(
+        False, "--over-training",
+        help="Instead of maps: every checkpoint's attention entropy, rows fixed on one key position and top key, per head "
+             "(a plateau diagnostic; writes attention_stats.json and a figure)."),
 ) -> None:
-    """Attention maps per layer and head, single sequences and the mean by role (Appendix C)."""
+    """Attention maps per layer and head, single sequences and the mean by role (Appendix C); with
+    --over-training, how each head's attention sharpens and settles on positions over the checkpoints."""
+    if over_training:
+        from stackedheads.circuits import saturation
+
+        if checkpoint is not None:
+            raise UsageError("--over-training reads every checkpoint: leave out --checkpoint")
+        result = saturation.attention_over_training(run_dir, out, seed=seed)
+        steps, rows = saturation.table_rows(result)
+        table = Table(title=f"seed {result['seed']}: attention over training")
+        for col in ("head", *(f"step {s:,}" for s in steps)):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(*r)
+        Console().print(table)
+        Console().print(f"Each cell: the mean row entropy in nats (uniform: {saturation.uniform_entropy(result):.2f}), the share "
+                        f"of rows with more than half their attention on one key position in >= {saturation.FIXED:.0%} of "
+                        f"{result['sequences']} sequences, and the key most of those read.", highlight=False)
+        console.print(f"wrote attention_stats.json and {len(result['files'])} figures to {out}")
+        return
     from stackedheads.circuits.maps import attention_maps
 
     files = attention_maps(run_dir, out, checkpoint=checkpoint, seqs=seqs, seed=seed)
