@@ -17,11 +17,11 @@ wall time). Run it alone on an idle machine for comparable wall times:
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 from pathlib import Path
 
 from stackedheads import presets
+from stackedheads.references import machine
 from stackedheads.storage import read_state_json
 from stackedheads.training import TrainConfig, read_metrics, train
 
@@ -64,7 +64,16 @@ TWINS: dict[str, tuple[str, TrainConfig]] = {
     "s9-d3-6L-d64-3k": ("the circuits twin's width and layers (6, d_model 64) with Sec. 9.1's head size 16, no MLP",
                         S9.override(n_layers=6, d_model=64)),
 }
-STUDIES = {"n4": CANDIDATES, "twins": TWINS}
+
+# Why transformers A-C at the paper's size (12 layers, d_model 128) stay on the 0.75 plateau when
+# the twin (6 layers, d_model 64) leaves it by step 1,000: the twin's recipe (sec8-quick) at the
+# sizes between, seeds 0 and 1, one thread (how the runs were made: resuming needs the same config).
+SIZE = presets.SEC8_QUICK.override(seeds=(0, 1), threads=1)
+SEC8_SIZE: dict[str, tuple[str, TrainConfig]] = {
+    "L12-d64": ("the twin at the paper's 12 layers: does depth keep it on the plateau?", SIZE.override(n_layers=12)),
+    "L6-d128": ("the twin at the paper's d_model 128: does width?", SIZE.override(d_model=128)),
+}
+STUDIES = {"n4": CANDIDATES, "twins": TWINS, "sec8-size": SEC8_SIZE}
 
 
 def first_below(rows: list[dict], seed: int, col: str) -> int | None:
@@ -88,7 +97,7 @@ def row_for(name: str, why: str, cfg: TrainConfig, run: Path, as_is: bool = Fals
     when trained) and a run stopped early at its last evaluation ("stopped at" that step)."""
     done = run / "summary.json"
     summary = (read_state_json(done, "training summary") if done.exists() else None) if as_is else train(cfg, run)
-    rows = read_metrics(run)
+    rows = read_metrics(run) if (run / "metrics.csv").exists() else []
     if not rows:
         return f"| {name} | {why} | {describe(cfg)} | not run | | | | |"
     parts = [c for c in rows[0] if c.startswith("val_x")]
@@ -129,7 +138,7 @@ def main() -> None:
         "|---|---|---|---|---|---|---|---|",
     ]
     print("\n".join(header + lines))
-    print(f"machine: {platform.machine()}, {platform.processor() or '?'}; python {sys.version.split()[0]}", file=sys.stderr)
+    print(f"machine: {machine()}; python {sys.version.split()[0]}", file=sys.stderr)
 
 
 if __name__ == "__main__":
