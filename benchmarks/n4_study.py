@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from stackedheads import presets
-from stackedheads.references import machine
+from stackedheads.provenance import machine
 from stackedheads.storage import read_state_json
 from stackedheads.training import TrainConfig, read_metrics, train
 

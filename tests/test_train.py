@@ -12,6 +12,7 @@ import torch
 
 from stackedheads import presets
 from stackedheads.errors import UsageError
+from stackedheads.provenance import git_commit, machine, read_segments
 from stackedheads.tasks.vectors import VectorTaskConfig
 from stackedheads.training import (
     TrainConfig,
@@ -61,6 +62,16 @@ def test_interrupted_run_resumes_to_identical_numbers(tmp_path):
     a = json.loads((full / "summary.json").read_text())["seeds"]
     b = json.loads((cut / "summary.json").read_text())["seeds"]
     assert a == b
+    # Each start names where its steps ran: the resume restarts at checkpoint 8, and a run
+    # already complete is not a new segment.
+    train(cfg, cut)
+    lines = read_segments(cut)
+    assert [s["from_step"] for s in lines] == [0, 8]
+    resolved = cfg.resolved()
+    for s in lines:
+        assert (s["threads"], s["dtype"], s["device"], s["compile"]) == (resolved.threads, resolved.dtype, "cpu", False)
+        assert s["machine"] == machine() and s["torch"] == torch.__version__
+        assert s["commit"] == git_commit() and s["dirty"] in (True, False, None)
 
 
 @pytest.mark.slow

@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import platform
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
 from stackedheads.errors import UsageError
+from stackedheads.provenance import machine
 from stackedheads.storage import atomic_write_bytes, atomic_write_json, read_state_json
 
 REFERENCE_FILE = "reference.json"
@@ -51,30 +51,6 @@ class Reference:
     date: str
     notes: str = ""
     files: list[str] = field(default_factory=list)
-
-
-def machine() -> str:
-    """The CPU model and core count (and the GPU when torch sees one), plus the OS."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    flags = ""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-        flags = " (AVX-512)" if "avx512f" in text else " (AVX2)" if "avx2" in text else ""
-    except OSError:
-        pass
-    return f"{cpu}{flags}, {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()} cores, {platform.system()} {platform.release()}"
-
-
-def git_commit(where: Path) -> str:
-    r = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
-    return r.stdout.strip() if r.returncode == 0 else "unknown"
 
 
 def _checked_wall_s(wall_s: float | None) -> float | None:

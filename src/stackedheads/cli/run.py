@@ -27,6 +27,7 @@ from stackedheads.cli._app import (
 )
 from stackedheads.errors import UsageError
 from stackedheads.llm.backends import BACKENDS
+from stackedheads.provenance import git_commit
 
 
 @contextmanager
@@ -205,6 +206,6 @@ def publish_cmd(
         raise UsageError(f"--name {name!r}: letters, digits, '.', '_' and '-' only")
     root = results or references.REPOSITORY_RESULTS
     ref = references.publish(run_dir, root / name, title=title, command=command,
-                             commit=commit or references.git_commit(Path(references.__file__).parent),
+                             commit=commit or git_commit(),
                              wall_s=wall_s, notes=notes, include=tuple(include))
     console.print(f"{root / name}: {len(ref.files)} files kept")

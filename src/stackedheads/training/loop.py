@@ -21,6 +21,7 @@ import torch
 from stackedheads.errors import UsageError
 from stackedheads.model import EnsembleTransformer, clip_grad_norm_per_member_
 from stackedheads.perf import torch_threads
+from stackedheads.provenance import record_segment
 from stackedheads.storage import RunFolder, atomic_write_json
 from stackedheads.tasks.vectors import Batch
 from stackedheads.training.checkpoints import (
@@ -129,6 +130,7 @@ def _train_steps(cfg: TrainConfig, run_dir: Path, dev: torch.device, progress, s
         wall0 = max((r["wall_s"] for r in rows), default=0.0)
     elif metrics_path.exists():
         metrics_path.unlink()  # a run killed before its first checkpoint starts over
+    record_segment(run_dir, start, {"threads": cfg.threads, "dtype": cfg.dtype, "compile": cfg.compile, "device": cfg.device})
 
     forward = torch.compile(model) if cfg.compile else model  # the same parameters either way
     on_device = dev.type != "cpu"  # an accelerator generates its own batches (the CPU's, exactly)
