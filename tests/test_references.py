@@ -152,7 +152,8 @@ def fresh_copy(tmp_path: Path, name: str) -> Path:
 
 def test_every_tracked_reference_lists_only_tracked_files():
     refs = [p for p in tracked("results") if p.count("/") == 2 and p.endswith("/" + references.REFERENCE_FILE)]
-    assert {"results/sec8/reference.json", "results/sec9/reference.json", "results/depth/reference.json"} <= set(refs)
+    assert {"results/sec8/reference.json", "results/sec9/reference.json", "results/sec9-decay-all/reference.json",
+            "results/depth/reference.json"} <= set(refs)
     files = set(tracked("results"))
     for path in refs:
         folder = path.rsplit("/", 1)[0]
@@ -181,12 +182,25 @@ def test_results_sec9_judges_as_the_readme_says_from_a_fresh_clone(tmp_path):
         references.load(folder)
 
 
-def test_results_sec9_is_the_whole_ensemble_and_re_judges_to_its_published_table(tmp_path, cli):
+def test_results_sec9_decay_all_judges_as_the_readme_says_from_a_fresh_clone(tmp_path):
+    """The other recipe gives the same combined verdicts as GPT-2's (README, docs/training.md)."""
+    folder = fresh_copy(tmp_path, "sec9-decay-all")
+    found = {c.id: c for c in claims.folder_claims(folder) if c.id.startswith("E")}
+    assert {k: c.verdict for k, c in found.items()} == {
+        "E1": claims.INCONCLUSIVE, "E2": claims.INCONCLUSIVE, "E3": claims.FAIL, "E4": claims.PASS}
+    assert "x4 0.076/0.050" in found["E1"].measured.split("seed 1:")[1]
+    assert "seed 1: in order: first evaluated step below the C2 threshold: x1 320, x2 1200, x3 1360, x4 1760" in found["E4"].measured
+
+
+@pytest.mark.parametrize("name, trained, exempt", [("sec9", [0, 1, 2, 3], ["norm", "bias"]), ("sec9-decay-all", [0, 1], [])])
+def test_results_sec9_is_the_whole_ensemble_and_re_judges_to_its_published_table(tmp_path, cli, name, trained, exempt):
     """Every seed the run trained has its circuit and timeline in the clone, and the per-seed
-    table computed from the tracked files alone is the one the run published (seeds.md)."""
-    folder = fresh_copy(tmp_path, "sec9")
-    seeds = json.loads((folder / "emergence" / "runs" / "transformer-D" / "config.json").read_text())["seeds"]
-    assert seeds == [0, 1, 2, 3]
+    table computed from the tracked files alone is the one the run published (seeds.md); the two
+    runs differ in the recipe only (which parameters escape weight decay)."""
+    folder = fresh_copy(tmp_path, name)
+    config = json.loads((folder / "emergence" / "runs" / "transformer-D" / "config.json").read_text())
+    seeds = config["seeds"]
+    assert seeds == trained and config["optim"]["decay_exempt"] == exempt, (seeds, config["optim"])
     for s in seeds:
         assert (folder / "emergence" / "discovered" / f"seed{s}" / "circuit.json").is_file()
         assert (folder / "emergence" / "timeline" / f"seed{s}" / "timeline.json").is_file()
