@@ -7,8 +7,9 @@ projection and the unembedding a linear readout at the N query positions (Sec. 6
     x: (B, T, d_in) -> W_in -> [pre-LN block] x n_layers -> ln_f -> last N positions -> W_readout
     block:  x = x + attn(ln1(x));  x = x + mlp(ln2(x))      (mlp optional, Sec. 9.1)
 
-No positional embedding is learned: positions arrive inside the inputs (Sec. 6), and there
-is no dropout (Sec. 7.1). The paper's sizes, all expressible with :class:`ModelConfig`:
+By default no positional embedding is learned: positions arrive inside the inputs (Sec. 6),
+and there is no dropout (Sec. 7.1). ``pos_embed="learned"`` adds GPT-2's learned position
+table after the input projection, one of the choices the paper leaves open (issue 39). The paper's sizes, all expressible with :class:`ModelConfig`:
 
 * Sec. 7.1: 1-8 layers, 8 heads, d_model 128 (and 8 seeds per size);
 * Sec. 8.1: 12 layers, 1 head, d_model 128 (transformers A, B, C);
@@ -50,6 +51,9 @@ from stackedheads.errors import UsageError
 HookFn = Callable[..., Tensor | None]
 
 INIT_STD = 0.02  # GPT-2's normal init (Radford et al., 2019; as in nanoGPT)
+# The choices Sec. 7.1 leaves open about the architecture's start (issue 39's screen); the
+# first of each is what every preset uses.
+CHOICES = {"in_init": ("gpt2", "torch"), "resid_scale": ("blocks", "sublayers"), "pos_embed": ("none", "learned")}
 LN_EPS = 1e-5
 
 
@@ -87,6 +91,23 @@ class ModelConfig:
     mlp: bool = field(default=True, metadata={"help": (
         "a GELU MLP of width 4 d_model after each attention (Sec. 9.1 removes them)."
     )})
+    n_ctx: int = field(default=0, metadata={"help": (
+        "sequence length, for a learned position table (follows the task; 0: unknown)."
+    )})
+    # The three below default to None, "as before they existed" (storage's rule for new settings),
+    # which is their first choice: a run folder written before them resumes.
+    in_init: str | None = field(default=None, metadata={"help": (
+        "the input projection's initialisation: \"gpt2\" (None; N(0, 0.02), bias 0, as every GPT-2 "
+        "weight) or \"torch\" (nn.Linear's default, U(-1/sqrt(d_in), 1/sqrt(d_in)) for weight and bias)."
+    )})
+    resid_scale: str | None = field(default=None, metadata={"help": (
+        "the residual output projections' std: \"blocks\" (None; 0.02/sqrt(2 n_layers), nanoGPT, also "
+        "without MLPs) or \"sublayers\" (0.02/sqrt(the residual sublayers: 2 per block with an MLP, 1 without))."
+    )})
+    pos_embed: str | None = field(default=None, metadata={"help": (
+        "\"none\" (None; positions only inside the inputs, Sec. 6) or \"learned\" (GPT-2's position "
+        "table, N(0, 0.02), added after the input projection)."
+    )})
 
     def __post_init__(self) -> None:
         for name in ("d_in", "d_out", "n_queries", "n_layers", "n_heads", "d_model"):
@@ -105,6 +126,12 @@ class ModelConfig:
             )
         if not isinstance(self.mlp, bool):
             raise UsageError(f"ModelConfig.mlp must be true or false, got {self.mlp!r}")
+        for name, allowed in CHOICES.items():
+            if getattr(self, name) not in (None, *allowed):
+                raise UsageError(f"'{name}' must be one of {', '.join(allowed)}, got {getattr(self, name)!r}",
+                                 fields=(name,))
+        if not _is_int(self.n_ctx) or self.n_ctx < 0:
+            raise UsageError(f"ModelConfig.n_ctx must be an integer >= 0, got {self.n_ctx!r}")
 
     @property
     def head_dim(self) -> int:
@@ -369,6 +396,8 @@ class EnsembleTransformer(nn.Module):
         seeds = tuple(seeds)
         if not seeds or not all(_is_int(s) for s in seeds):
             raise UsageError(f"seeds must be a non-empty sequence of integers, got {seeds!r}")
+        if config.pos_embed == "learned" and config.n_ctx < 1:
+            raise UsageError("a learned position table needs 'n_ctx', the sequence length", fields=("n_ctx",))
         self.config, self.seeds = config, seeds
         self.slow_attention = False  # True: explicit softmax on every layer (debugging, nnsight)
         E, cfg = len(seeds), config
@@ -381,6 +410,8 @@ class EnsembleTransformer(nn.Module):
         # A linear readout at the query positions replaces the unembedding (Sec. 6).
         self.W_readout = nn.Parameter(torch.empty(E, cfg.d_model, cfg.d_out))
         self.b_readout = nn.Parameter(torch.empty(E, cfg.d_out))
+        # Registered last, so the other parameters keep their names and draws.
+        self.W_pos = nn.Parameter(torch.empty(E, cfg.n_ctx, cfg.d_model)) if cfg.pos_embed == "learned" else None
         if init:
             self.reset_parameters()
 
@@ -395,16 +426,24 @@ class EnsembleTransformer(nn.Module):
         """GPT-2 init, member by member, each from ``torch.Generator().manual_seed(seed)``.
 
         Weights ~ N(0, 0.02); the residual output projections (attn.W_O, mlp.W_down) get
-        0.02 / sqrt(2 n_layers), because each block adds to the residual stream twice;
+        0.02 / sqrt(2 n_layers), because each block adds to the residual stream twice
+        (``resid_scale="sublayers"``: the number of residual sublayers, n_layers without MLPs);
         biases 0; LayerNorm weights 1. Draws happen on the CPU in a fixed parameter order,
         so member e's weights depend on its seed only -- not on E, the device, or its
-        neighbours -- which is what makes ensembles split and merge exactly.
+        neighbours -- which is what makes ensembles split and merge exactly. What the
+        screen's choices add (a position table, the input projection's PyTorch default) is
+        drawn after all of those, so every other weight is the preset's, draw for draw.
         """
-        residual_std = INIT_STD / math.sqrt(2 * self.config.n_layers)
+        cfg = self.config
+        sublayers = cfg.n_layers * (1 if cfg.resid_scale == "sublayers" and not cfg.mlp else 2)
+        residual_std = INIT_STD / math.sqrt(sublayers)
+        bound = 1.0 / math.sqrt(cfg.d_in)  # nn.Linear: kaiming_uniform(a=sqrt(5)) and its bias
         for e, seed in enumerate(self.seeds):
             gen = torch.Generator().manual_seed(seed)
             for name, p in self.named_parameters():
                 leaf = name.rsplit(".", 1)[-1]
+                if leaf == "W_pos":
+                    continue
                 if name.endswith(("ln1.weight", "ln2.weight", "ln_f.weight")):
                     value = torch.ones(p.shape[1:])
                 elif leaf.startswith("b_") or leaf == "bias":
@@ -413,6 +452,11 @@ class EnsembleTransformer(nn.Module):
                     std = residual_std if leaf in ("W_O", "W_down") else INIT_STD
                     value = torch.empty(p.shape[1:]).normal_(0.0, std, generator=gen)
                 p[e].copy_(value)
+            if self.W_pos is not None:
+                self.W_pos[e].copy_(torch.empty(self.W_pos.shape[1:]).normal_(0.0, INIT_STD, generator=gen))
+            if cfg.in_init == "torch":
+                self.W_in[e].copy_(torch.empty(self.W_in.shape[1:]).uniform_(-bound, bound, generator=gen))
+                self.b_in[e].copy_(torch.empty(self.b_in.shape[1:]).uniform_(-bound, bound, generator=gen))
 
     # ------------------------------------------------------------------ forward
 
@@ -431,6 +475,10 @@ class EnsembleTransformer(nn.Module):
                 f"got {tuple(x.shape)}"
             )
         h = ensemble_linear(x, self.W_in, self.b_in)  # (E, B, T, d_model)
+        if self.W_pos is not None:
+            if x.shape[2] > cfg.n_ctx:
+                raise UsageError(f"inputs of {x.shape[2]} positions exceed the learned position table's {cfg.n_ctx}")
+            h = h + self.W_pos[:, None, : x.shape[2]].to(h.dtype)
         *body, last = self.blocks
         for block in body:
             h = block(h, slow=self.slow_attention)
@@ -576,7 +624,8 @@ def count_parameters(config: ModelConfig) -> int:
     attn = d * 3 * H * dh + 3 * H * dh + H * dh * d + d
     mlp = (d * 4 * d + 4 * d + 4 * d * d + d) if config.mlp else 0
     lns = 2 * d * (2 if config.mlp else 1)
-    return config.d_in * d + d + L * (attn + mlp + lns) + 2 * d + d * config.d_out + config.d_out
+    pos = config.n_ctx * d if config.pos_embed == "learned" else 0
+    return config.d_in * d + d + pos + L * (attn + mlp + lns) + 2 * d + d * config.d_out + config.d_out
 
 
 def flops_per_step(config: ModelConfig, batch: int, seq_len: int, n_members: int = 1) -> float:

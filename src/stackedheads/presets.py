@@ -21,6 +21,8 @@ or in user code before the command runs.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from stackedheads.depth import DepthSpec
 from stackedheads.model import ModelConfig
 from stackedheads.registry import Registry
@@ -103,9 +105,47 @@ SEC8_SMOKE = TRAIN.register("sec8-smoke", SMOKE.override(n_layers=3, n_heads=1, 
 SEC9_SMOKE = TRAIN.register("sec9-smoke", SEC8_SMOKE.override(mlp=False, d_head=8, steps_per_epoch=8))
 
 
-def get(name: str) -> TrainConfig:
-    """A training preset by name (one line naming the known ones when it does not exist)."""
-    return TRAIN.get(name)
+def get(name: str, recipe: str | None = None) -> TrainConfig:
+    """A training preset by name (one line naming the known ones when it does not exist), with a
+    named recipe's changes applied (:data:`RECIPES`; None or "gpt2": the preset's own)."""
+    cfg = TRAIN.get(name)
+    return cfg if recipe is None else cfg.override(**RECIPES.get(recipe).changes)
+
+
+# --- recipes: the choices Sec. 7.1 leaves open (issue 39) --------------------------------------
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A named change to a preset's recipe: ``changes`` are :meth:`TrainConfig.override`'s
+    fields, ``why`` the reading of the paper it stands for."""
+
+    changes: dict
+    why: str
+
+
+RECIPES: Registry[Recipe] = Registry("recipe")
+# The presets' own: warm-up, cosine to 10%, clipping at 1.0, no decay on norms and biases.
+RECIPES.register("gpt2", Recipe({}, "GPT-2's recipe as nanoGPT reads it (Sec. 7.1: 'the recipe of Radford et al. (2019)')"))
+# The recipe screen at Sec. 9.1's settings, one choice at a time from GPT-2's (docs/training.md,
+# "The recipe screen"); each is what the paper's text allows where it is silent.
+RECIPES.register("constant-clip", Recipe(
+    {"warmup_steps": 0, "schedule": "constant"},
+    "(a) Sec. 7.1 names Adam, lr 1e-3 and decay 0.1 only: a constant lr, no warm-up (clipping kept)"))
+RECIPES.register("warmup-constant", Recipe(
+    {"schedule": "constant"}, "(b) warm-up, then a constant lr (clipping kept)"))
+for n in (2048, 16_384, 65_536):
+    RECIPES.register(f"train-{n}", Recipe(
+        {"n_train": n},
+        f"(c) {n:,} training sequences: Sec. 9.1's '6400 steps (800 epochs), a batch size of 256' is 2,048 a epoch"))
+RECIPES.register("torch-in-init", Recipe(
+    {"in_init": "torch"}, "(d) the input projection at PyTorch's nn.Linear default instead of N(0, 0.02)"))
+RECIPES.register("resid-sublayers", Recipe(
+    {"resid_scale": "sublayers"}, "(e) residual projections at 0.02/sqrt(residual sublayers): 1/sqrt(L) without MLPs"))
+RECIPES.register("pe-pair", Recipe({"pe": "pair"}, "(f) one positional code per input pair (App. B, Def. 3)"))
+RECIPES.register("learned-pos", Recipe(
+    {"pos_embed": "learned"}, "(f) a learned position table added, as GPT-2 has"))
+RECIPES.register("float32", Recipe({"dtype": "float32"}, "(g) float32 instead of bfloat16 autocast"))
 
 
 # --- the Figure 4 grids (Sec. 7) ----------------------------------------------------------------

@@ -13,6 +13,18 @@ own claim evaluated on that seed alone (:func:`stackedheads.claims.sec8.circuit_
 The paper's numbers beside ours: transformers A-C reach a validation MSE below 0.01 and use
 4 of 12 heads (Sec. 8.2); transformer D reaches 0.031 after about 450 epochs on the plateau
 before its first head emerges, in chain order (Sec. 9.2, Fig. 6-7).
+
+A run whose circuits were not discovered (a recipe screen's run, issue 39) still has its
+seeds: the final losses, each partial loss's fall below C2's threshold from metrics.csv, and
+the plateau up to x1's fall. A stage trained in pieces is one run (:mod:`stackedheads.pieces`).
+
+The distance to Sec. 9's curriculum, one number per run (:func:`distance`)::
+
+    |ln(plateau / 450 epochs)| + |ln(final val MSE / 0.031)| + (1 - share of seeds in order)
+
+on the medians over seeds; "in order" is x1..xD falling below C2's threshold at strictly
+increasing evaluations (one at a time, in chain order). 0 is the paper; a factor of e off in
+plateau or loss adds 1, a run with no seed in order adds 1.
 """
 
 from __future__ import annotations
@@ -23,10 +35,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from stackedheads.claims import PASS, VERDICTS
-from stackedheads.claims._circuits import heads_in, read_timeline, stage_from_files
+from stackedheads.claims._circuits import heads_in, read_timeline, stage_from_files, training_summary
 from stackedheads.errors import UsageError
 from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN, timeline
-from stackedheads.ordering import end_of_plateau
+from stackedheads.ordering import end_of_plateau, order_of
+from stackedheads.pieces import piece_dirs
 
 # The paper's numbers the distributions are set beside (the claims modules hold the thresholds).
 PAPER = {
@@ -50,6 +63,9 @@ class SeedRow:
     shortcut_heads: int | None = None
     loss_drops: dict[str, int | None] | None = None  # Sec. 9: first step each partial is below C2's threshold
     plateau_epochs: float | None = None  # Sec. 9: epochs before the first path serving a position crosses 0.5
+    plateau_from: str | None = None  # "path" (a timeline's first serving path) or "x1" (x1's loss falls below C2's threshold)
+    drop_epochs: dict[str, float | None] | None = None  # loss_drops on the epoch axis
+    train_val_gap: float | None = None  # mean val minus mean train loss over the final window (memorising: > 0)
     first_paths: list[str] = field(default_factory=list)
     loss_drop_order: str | None = None  # ordering.order_of over loss_drops (E4)
     emerged_at: dict[str, int | None] | None = None  # Sec. 9: first checkpoint each position's new paths are all >= 0.5
@@ -74,13 +90,18 @@ class RunSeeds:
         finals = [r.final_val_loss for r in self.rows if r.final_val_loss is not None]
         out = {"seeds": len(self.rows), "final_val_loss": spread(finals)}
         if self.section == "sec9":
-            out["timelines"] = sum(r.loss_drops is not None for r in self.rows)
+            out["timelines"] = sum(r.emerged_at is not None for r in self.rows)
+            out["loss_drop_seeds"] = sum(r.loss_drops is not None for r in self.rows)
             out["plateau_epochs"] = spread([r.plateau_epochs for r in self.rows if r.plateau_epochs is not None])
+            out["plateau_from"] = sorted({r.plateau_from for r in self.rows if r.plateau_from})
+            out["train_val_gap"] = spread([r.train_val_gap for r in self.rows if r.train_val_gap is not None])
             # In order means every position did it, at strictly increasing steps (E3's and E4's shape).
             out["loss_drops_in_order"] = sum(r.loss_drop_order == "in order" and None not in r.loss_drops.values()
                                              for r in self.rows if r.loss_drops)
             out["emerged_in_order"] = sum(r.emergence_order == "in order" and None not in r.emerged_at.values()
                                           for r in self.rows if r.emerged_at)
+        if self.section == "sec9":
+            out["distance"] = distance(out)
         useful = [r.useful_heads for r in self.rows if r.useful_heads is not None]
         out["useful_heads"] = spread(useful)
         ids = sorted({k for r in self.rows for k in r.verdicts})
@@ -90,6 +111,21 @@ class RunSeeds:
     def to_dict(self) -> dict:
         return {"label": self.label, "folder": self.folder, "section": self.section, "recipe": self.recipe,
                 "seeds": [asdict(r) for r in self.rows], "summary": self.summary()}
+
+
+def distance(summary: dict) -> dict | None:
+    """A sec9 run's distance to the paper's curriculum (the module's formula) and its three
+    terms, from :meth:`RunSeeds.summary`; None when a term cannot be measured (no final loss,
+    no seed off the plateau, no partial losses), named in ``missing``."""
+    paper = PAPER["sec9"]
+    f, p, n = summary["final_val_loss"], summary["plateau_epochs"], summary["loss_drop_seeds"]
+    missing = [name for name, ok in (("final val MSE", f), ("plateau (no seed left it)", p), ("partial losses", n)) if not ok]
+    if missing:
+        return {"value": None, "missing": missing}
+    terms = {"plateau": abs(math.log(p["median"] / paper["plateau_epochs"])) if p["median"] > 0 else math.inf,
+             "final": abs(math.log(f["median"] / paper["final_val_loss"])) if f["median"] > 0 else math.inf,
+             "order": 1.0 - summary["loss_drops_in_order"] / n}
+    return {"value": sum(terms.values()), **terms}
 
 
 def spread(values: list[float]) -> dict | None:
@@ -102,36 +138,85 @@ def recipe_text(recipe: dict) -> str:
 
 
 RECIPE_KEYS = ("steps", "batch_size", "lr", "warmup_steps", "schedule", "min_lr_ratio", "grad_clip",
-               "weight_decay", "decay_exempt", "dtype", "device")
+               "weight_decay", "decay_exempt", "dtype", "device", "n_train", "pe", "in_init", "resid_scale", "pos_embed")
 
 
 def recipe_of(config: dict) -> dict:
     """What tells recipes apart, from a run's config (as its summary.json holds it; the
-    optimiser's settings under ``optim``, or at the top level in configs written before it)."""
-    optim = config.get("optim", {})
-    return {k: v for k in RECIPE_KEYS if (v := optim.get(k, config.get(k))) is not None}
+    optimiser's, task's and model's settings under their parts, or at the top level in configs
+    written before them). A choice left at None (its first, "as before") is not shown."""
+    parts = [config.get(p, {}) for p in ("optim", "task", "model")] + [config]
+    return {k: v for k in RECIPE_KEYS if (v := next((p[k] for p in parts if k in p), None)) is not None}
 
 
 def _one_seed(stage: dict, seed: str) -> dict:
     return {**stage, "circuits": {seed: stage["circuits"][seed]} if seed in stage["circuits"] else {}}
 
 
+def _metrics(stage_dir: Path, run_name: str) -> list[dict]:
+    """Every piece's metrics.csv rows ([] where none was kept)."""
+    from stackedheads.training.metrics import read_metrics
+
+    return [r for d in piece_dirs(stage_dir, run_name) if (d / "metrics.csv").exists() for r in read_metrics(d)]
+
+
+def _per_epoch(config: dict) -> float | None:
+    """Epochs per step of a run's config (Sec. 9.1 counts 8 steps an epoch; else n_train // batch)."""
+    try:
+        per = config.get("steps_per_epoch") or max(1, config["task"]["n_train"] // config["batch_size"])
+    except (KeyError, TypeError):
+        return None
+    return 1.0 / per
+
+
+def _from_metrics(row: SeedRow, rows: list[dict], config: dict) -> None:
+    """What metrics.csv says of one seed: each partial's fall below C2's threshold, the gap
+    between validation and training loss over the final window, and (for a run without an
+    emergence timeline) the plateau up to x1's fall."""
+    from stackedheads.sweep import cross_threshold, crossing_steps
+
+    mine = [r for r in rows if str(r["seed"]) == row.seed]
+    if not mine:
+        return
+    task = config["task"]
+    parts = [f"val_x{j}" for j in range(1, task["depth"] + 1)] if task.get("ic", True) else []
+    if row.loss_drops is None and parts and all(p in mine[0] for p in parts):
+        drops = crossing_steps(mine, int(row.seed), parts, cross_threshold(task["chains"]))
+        row.loss_drops = {k[4:]: v for k, v in drops.items()}
+        row.loss_drop_order = order_of(list(drops.values()))
+    per = _per_epoch(config)
+    if row.loss_drops is not None and per is not None:
+        row.drop_epochs = {k: None if v is None else v * per for k, v in row.loss_drops.items()}
+        if row.plateau_epochs is None and row.plateau_from is None and row.drop_epochs.get("x1") is not None:
+            row.plateau_epochs, row.plateau_from = row.drop_epochs["x1"], "x1"
+    last = max(r["step"] for r in mine)
+    window = [r for r in mine if r["step"] > last - int(config.get("final_window", 100))]
+    if window:
+        row.train_val_gap = sum(r["val_loss"] - r["train_loss"] for r in window) / len(window)
+
+
 def section_seeds(folder: Path, stage_name: str, label: str) -> RunSeeds | None:
     """The seeds of one stage (``circuits`` or ``emergence``) of a reproduce-style folder, or
-    None when the stage has no discovered circuits."""
+    None when the stage has neither discovered circuits nor a finished training run (a run
+    without circuits gives what its training left: losses, their falls, the plateau up to x1's)."""
     from stackedheads.claims import sec8, sec9
 
     stage_dir = folder / stage_name
-    stage = stage_from_files(stage_dir, CIRCUITS_RUN if stage_name == "circuits" else EMERGENCE_RUN)
+    run_name = CIRCUITS_RUN if stage_name == "circuits" else EMERGENCE_RUN
+    stage = stage_from_files(stage_dir, run_name)
     if stage is None:
-        return None
-    if not stage["circuits"]:  # stage_from_files keeps only the seeds the run trained
+        train = training_summary(stage_dir, run_name)
+        if train is None:
+            return None
+        stage = {"train": train, "circuits": {}}
+    elif not stage["circuits"]:  # stage_from_files keeps only the seeds the run trained
         raise UsageError(f"{stage_dir}: its discovered circuits are for seeds its training run did not train "
                          "(circuits of another run?)")
     # A reference whose training summary is lost still has its circuits: their seeds, no final losses.
     train = stage["train"] or {"config": {}, "seeds": {s: {} for s in stage["circuits"]}}
     section = SECTION_OF[stage_name]
     tl_dir = timeline(stage_dir)
+    metrics = _metrics(stage_dir, run_name) if stage["train"] else []
     rows = []
     for seed in sorted(train["seeds"], key=int):
         final = train["seeds"][seed]
@@ -151,16 +236,19 @@ def section_seeds(folder: Path, stage_name: str, label: str) -> RunSeeds | None:
         for c in claims:
             row.verdicts[c.id] = c.verdict
             row.measured[c.id] = c.measured.removeprefix(f"seed {seed}: ")
-        if section == "sec9" and (tl_dir / f"seed{seed}" / "timeline.json").exists():
+        if section == "sec9" and found is not None and (tl_dir / f"seed{seed}" / "timeline.json").exists():
             t = read_timeline(tl_dir / f"seed{seed}" / "timeline.json", stage_dir)
             row.loss_drops, row.loss_drop_order = t["loss_drops"], t["loss_drop_order"]
             per = t["epochs"][-1] / t["steps"][-1] if t["steps"][-1] else 0.0
             plateau, row.first_paths, _ = end_of_plateau(t)
             row.plateau_epochs = None if plateau is None else plateau * per
+            row.plateau_from = "path"
             # "seen" (the first checkpoint) is optional in older timelines: their interpolated step
             row.emerged_at = {x: p["seen"] if "seen" in p else p["step"] for x, p in t["positions"].items()}
             row.no_path_of_its_own = [x for x, p in t["positions"].items() if not p["new_paths"]]
             row.emergence_order = t["order"]
+        if section == "sec9" and stage["train"]:
+            _from_metrics(row, metrics, train["config"])
         rows.append(row)
     return RunSeeds(label, str(folder), section, recipe_of(train["config"]), rows)
 
@@ -196,8 +284,9 @@ def collect_seeds(folders: list[Path], labels: list[str] | None = None) -> list[
             raise UsageError(f"{folder} is not a folder")
         found = folder_seeds(folder, labels[i] if labels else folder.name)
         if not found:
-            raise UsageError(f"{folder} has no discovered circuits under circuits/ or emergence/ "
-                             "(run `stackedheads circuit discover` on its training run first)")
+            raise UsageError(f"{folder} has neither discovered circuits nor a finished training run under "
+                             "circuits/ or emergence/ (lay a run out as emergence/runs/transformer-D, or run "
+                             "`stackedheads circuit discover` on it)")
         out.extend(found)
     return out
 
@@ -225,6 +314,12 @@ def compare(runs: list[RunSeeds]) -> list[dict]:
             measures = {"final_val_loss": lambda v, p: abs(math.log(v / p)) if v > 0 else math.inf}
         if section == "sec9":
             measures["plateau_epochs"] = lambda v, p: abs(v - p)
+            dist = {r.label: sums[r.label]["distance"]["value"] for r in same}
+            if sum(v is not None for v in dist.values()) >= 2:
+                ranked = sorted((lab for lab in dist if dist[lab] is not None), key=dist.get)
+                out.append({"section": section, "measure": "distance to the paper", "paper": 0.0,
+                            "medians": {lab: v for lab, v in dist.items() if v is not None},
+                            "closer": None if dist[ranked[0]] == dist[ranked[1]] else ranked[0]})
         for name, distance in measures.items():
             paper = PAPER[section][name]
             medians = {lab: s[name]["median"] for lab, s in sums.items() if s.get(name)}
@@ -259,18 +354,29 @@ def _steps(d: dict | None, untimed: list[str] = ()) -> str:
     return "-" if not d else " ".join("-" if k in untimed else "never" if v is None else f"{v:,}" for k, v in d.items())
 
 
+def _gaps(epochs: dict | None) -> str:
+    """Epochs between consecutive positions' falls (x1->x2, x2->x3, ...); "-" where one never fell."""
+    if not epochs or len(epochs) < 2:
+        return "-"
+    v = list(epochs.values())
+    return " ".join("-" if a is None or b is None else f"{b - a:.0f}" for a, b in zip(v, v[1:]))
+
+
 def seed_table(run: RunSeeds) -> tuple[list[str], list[list[str]]]:
     """Header and rows of a run's per-seed table (shared by the console and Markdown)."""
     ids = sorted({k for r in run.rows for k in r.verdicts})
     head = ["seed", "final val MSE", "max partial"]
     if run.section == "sec9":
-        head += ["x1.. below C2 (steps)", "plateau (epochs)", "first paths", "x1.. emerged (checkpoint)"]
+        head += ["x1.. below C2 (steps)", "gaps (epochs)", "plateau (epochs)", "train-val gap", "first paths",
+                 "x1.. emerged (checkpoint)"]
     head += ["useful heads", "unexplained rows", "shortcut heads", *ids]
     rows = []
     for r in run.rows:
         cells = [r.seed, _num(r.final_val_loss), _num(max(r.final_partial.values(), default=None))]
         if run.section == "sec9":
-            cells += [_steps(r.loss_drops), _num(r.plateau_epochs, 0), ", ".join(r.first_paths) or "-",
+            cells += [_steps(r.loss_drops), _gaps(r.drop_epochs),
+                      _num(r.plateau_epochs, 0) + (" (x1)" if r.plateau_from == "x1" else ""),
+                      "-" if r.train_val_gap is None else f"{r.train_val_gap:+.4f}", ", ".join(r.first_paths) or "-",
                       _steps(r.emerged_at, r.no_path_of_its_own) + (f" ({r.emergence_order})" if r.emergence_order else "")]
         cells += ["-" if r.useful_heads is None else f"{r.useful_heads}" + (f" of {r.n_heads}" if r.n_heads else ""),
                   "-" if r.unexplained_rows is None else str(r.unexplained_rows),
@@ -288,16 +394,24 @@ def distribution_lines(run: RunSeeds) -> list[str]:
     lines = [(f"final val MSE: median {f['median']:.4f} (range {f['min']:.4f}-{f['max']:.4f}) over {n}"
               if f else f"final val MSE: unknown (the training summary is lost) for {n}")
              + (f" (paper: {paper['final_val_loss']})" if run.section == "sec9" else f" (paper: below {paper['final_val_loss']})")]
-    if run.section == "sec9" and not s["timelines"]:
+    if run.section == "sec9" and not s["loss_drop_seeds"]:
         lines.append("plateau and orders: no emergence timeline yet (`stackedheads emergence` on the run with these circuits)")
     elif run.section == "sec9":
-        p, of = s["plateau_epochs"], f"{s['timelines']} seed" + ("s" if s["timelines"] != 1 else "") + " with a timeline"
-        lines.append(("plateau before the first path serving a position: median "
-                      f"{p['median']:.0f} epochs (range {p['min']:.0f}-{p['max']:.0f})" if p
-                      else "plateau: no path serving a position emerged")
+        p = s["plateau_epochs"]
+        until = {("path",): "the first path serving a position", ("x1",): "x1's loss falls below C2's threshold"}.get(
+            tuple(s["plateau_from"]), "the first path serving a position, or x1's fall where no timeline is")
+        lines.append((f"plateau until {until}: median {p['median']:.0f} epochs (range {p['min']:.0f}-{p['max']:.0f})"
+                      if p else "plateau: no seed left it")
                      + f" (paper: about {paper['plateau_epochs']:.0f})")
-        lines.append(f"partial losses in chain order: {s['loss_drops_in_order']} of {of}; "
-                     f"paths emerged in chain order: {s['emerged_in_order']} of {s['timelines']} (paper: in order)")
+        of = f"{s['loss_drop_seeds']} seed" + ("s" if s["loss_drop_seeds"] != 1 else "")
+        lines.append(f"partial losses in chain order: {s['loss_drops_in_order']} of {of}"
+                     + (f"; paths emerged in chain order: {s['emerged_in_order']} of {s['timelines']} with a timeline"
+                        if s["timelines"] else "; no emergence timeline") + " (paper: in order)")
+        if s["train_val_gap"]:
+            g = s["train_val_gap"]
+            lines.append(f"val minus train loss over the final window: median {g['median']:+.4f} "
+                         f"(range {g['min']:+.4f} to {g['max']:+.4f}; above 0: memorised)")
+        lines.append(distance_text(s["distance"]))
     if s["useful_heads"]:
         u = s["useful_heads"]
         lines.append(f"useful heads: median {u['median']:g} (range {u['min']}-{u['max']})"
@@ -305,6 +419,30 @@ def distribution_lines(run: RunSeeds) -> list[str]:
     lines.append("verdicts per claim: " + "; ".join(
         f"{cid} " + ", ".join(f"{n} {v}" for v, n in counts.items()) for cid, counts in s["verdicts"].items()))
     return lines
+
+
+def distance_text(d: dict) -> str:
+    if d["value"] is None:
+        return f"distance to the paper: not measured ({', '.join(d['missing'])} missing)"
+    return (f"distance to the paper: {d['value']:.2f} (plateau {d['plateau']:.2f} + final {d['final']:.2f} "
+            f"+ order {d['order']:.2f}; 0 is the paper)")
+
+
+def distance_table(runs: list[RunSeeds]) -> tuple[list[str], list[list[str]]]:
+    """Every sec9 run on one line, closest to the paper first: its medians and its distance."""
+    head = ["run", "seeds", "final val MSE", "plateau (epochs)", "in chain order", "distance"]
+    rows, paper = [], PAPER["sec9"]
+    for run in runs:
+        if run.section != "sec9":
+            continue
+        s = run.summary()
+        f, p, d = s["final_val_loss"], s["plateau_epochs"], s["distance"]
+        rows.append((d["value"] if d["value"] is not None else math.inf, [
+            run.label, str(s["seeds"]), "-" if not f else f"{f['median']:.4f}", "-" if not p else f"{p['median']:.0f}",
+            f"{s['loss_drops_in_order']} of {s['loss_drop_seeds']}", "-" if d["value"] is None else f"{d['value']:.2f}"]))
+    rows.sort(key=lambda r: r[0])
+    return head, [r for _, r in rows] + ([["paper (Sec. 9.2)", "", f"{paper['final_val_loss']}",
+                                           f"{paper['plateau_epochs']:.0f}", "every seed", "0"]] if rows else [])
 
 
 def comparison_lines(rows: list[dict]) -> list[str]:
@@ -325,6 +463,12 @@ def markdown(runs: list[RunSeeds]) -> str:
         parts.extend("| " + " | ".join(r) + " |" for r in rows)
         parts.append("")
         parts.extend(f"- {line}" for line in distribution_lines(run))
+        parts.append("")
+    head, rows = distance_table(runs)
+    if rows:
+        parts.append("### Distance to Sec. 9's curriculum\n")
+        parts.append("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+        parts.extend("| " + " | ".join(r) + " |" for r in rows)
         parts.append("")
     cmp = comparison_lines(compare(runs))
     if cmp:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stackedheads import layout
+from stackedheads import layout, pieces
 from stackedheads.circuits.paths import CircuitPath, path_kind
 from stackedheads.claims._core import FAIL, INCONCLUSIVE, NUM, PASS, Each, combine, read_json
 
@@ -192,9 +192,11 @@ def gated(stage: dict, each):
 def stage_from_files(stage_dir: Path, run_name: str) -> dict | None:
     """A circuits/emergence stage's training summary and discovered circuits, from its files.
 
+    A stage trained in pieces (``runs/<run_name>`` and ``runs/<run_name>-*``, each holding other
+    seeds of the same settings) is read as one run (:func:`stackedheads.pieces.combine`).
     Circuits whose run summary is gone (a reference whose run folder was lost) keep ``train``
     None and name the file in ``missing``: the claims that need it say so instead of NOT RUN."""
-    train = read_json(layout.training_run(stage_dir, run_name) / "summary.json", TRAIN_SUMMARY, stage_dir)
+    train = training_summary(stage_dir, run_name)
     found = {p.parent.name[4:]: read_discovery(p, stage_dir) for p in sorted(layout.discovered(stage_dir).glob("seed*/summary.json"))}
     if not found:
         return None
@@ -202,6 +204,13 @@ def stage_from_files(stage_dir: Path, run_name: str) -> dict | None:
         missing = layout.training_run(Path(stage_dir.name), run_name) / "summary.json"
         return {"train": None, "missing": missing.as_posix(), "circuits": found}
     return {"train": train, "circuits": {s: f for s, f in found.items() if s in train["seeds"]}}
+
+
+def training_summary(stage_dir: Path, run_name: str) -> dict | None:
+    """The stage's training summary, its pieces combined (None when no piece has finished)."""
+    dirs = pieces.piece_dirs(stage_dir, run_name)
+    found = [(d, s) for d in dirs if (s := read_json(d / "summary.json", TRAIN_SUMMARY, stage_dir))]
+    return pieces.combine(found)
 
 
 _WHEN = (int, float, type(None))  # a step, or null: never

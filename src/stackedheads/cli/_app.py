@@ -134,7 +134,7 @@ def parse_names(text: str) -> tuple[str, ...]:
 
 # Fields a run does not take from the command line: the task's seed (each member has its own)
 # and the model's input/output sizes (they follow the task).
-NOT_OPTIONS = {"seed", "d_in", "d_out", "n_queries"}
+NOT_OPTIONS = {"seed", "d_in", "d_out", "n_queries", "n_ctx"}
 # The flag of a field is "--" and its name with dashes, except these: train's shorter names
 # kept from before its options were generated, and the flags of library arguments named
 # otherwise (a UsageError names fields, the CLI shows their flags: see flag_text).

@@ -163,6 +163,14 @@ def seeds_cmd(
         out.print(t)
         for line in seeds.distribution_lines(run):
             out.print(f"  {line}", highlight=False)
+    head, rows = seeds.distance_table(runs)
+    if rows:
+        t = Table(title="Distance to Sec. 9's curriculum (|ln plateau/450| + |ln final/0.031| + share out of order)")
+        for h in head:
+            t.add_column(h, overflow="fold")
+        for r in rows:
+            t.add_row(*r)
+        out.print(t)
     for line in seeds.comparison_lines(comparison):
         out.print(line, highlight=False)
 

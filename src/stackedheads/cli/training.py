@@ -25,6 +25,10 @@ from stackedheads.cli._app import (
 def train_cmd(
     out: Path = typer.Option(..., "--out", "-o", help="Run folder; running again resumes it."),
     preset: str = typer.Option("quick", "--preset", "-p", help="A training preset: paper, quick, quick-n4, smoke, sec8, sec8-quick, sec8-smoke, sec9, sec9-quick, sec9-smoke."),
+    recipe: Optional[str] = typer.Option(None, "--recipe", help=(
+        "A named change to the preset's recipe (docs/training.md, 'The recipe screen'): gpt2 (the presets'), "
+        "constant-clip, warmup-constant, train-2048, train-16384, train-65536, torch-in-init, resid-sublayers, "
+        "pe-pair, learned-pos, float32. Options given beside it override it.")),
     **fields,
 ) -> None:
     """Train an ensemble of GPT-2-style transformers on the vector task (Section 7.1).
@@ -35,7 +39,7 @@ def train_cmd(
     from stackedheads.storage import RunFolder
     from stackedheads.training import train
 
-    cfg = presets.get(preset).override(**config_overrides(fields))
+    cfg = presets.get(preset, recipe).override(**config_overrides(fields))
     apply_threads(cfg.threads, cfg.device)  # the run records the count (config.json)
     RunFolder(out, "training run").check()  # not a sweep's or a benchmark's folder
     bar, factory = progress_bar(f"train {out.name}")

@@ -38,7 +38,7 @@ SCHEDULES = ("constant", "cosine", "linear")
 # Parameter families that may be exempt from weight decay (GPT-2/nanoGPT exempt norms and biases).
 DECAY_EXEMPTIONS = ("norm", "bias", "embed")
 # ModelConfig's fields that follow from the task, not from the user.
-MODEL_IO = ("d_in", "d_out", "n_queries")
+MODEL_IO = ("d_in", "d_out", "n_queries", "n_ctx")
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         # The model reads the task's vectors and predicts at its queries: derived, never chosen.
         t = self.task
-        io = {"d_in": t.d_in, "d_out": t.d_out, "n_queries": t.chains}
+        io = {"d_in": t.d_in, "d_out": t.d_out, "n_queries": t.chains, "n_ctx": t.seq_len}
         if any(getattr(self.model, k) != v for k, v in io.items()):
             object.__setattr__(self, "model", replace(self.model, **io))
         if not self.seeds:

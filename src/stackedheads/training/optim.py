@@ -15,7 +15,7 @@ def _exempt(name: str, exempt: tuple[str, ...]) -> bool:
         return True
     if "bias" in exempt and (leaf.startswith("b_") or (leaf == "bias" and ".ln" not in f".{name}")):
         return True
-    return "embed" in exempt and leaf == "W_in"  # the input projection stands in for GPT-2's embedding
+    return "embed" in exempt and leaf in ("W_in", "W_pos")  # the input projection (and a position table) stand in for GPT-2's embeddings
 
 
 def make_optimizer(model: EnsembleTransformer, cfg: TrainConfig) -> torch.optim.AdamW:

@@ -1,0 +1,87 @@
+"""One result trained in pieces: training runs that hold different seeds of the same settings.
+
+A paper-size training is longer than a session of a 2-core CPU (transformer D's four seeds, or
+one of transformers A-C's 24,000-step seeds: issues 39 and 40), so it is trained a seed or two
+per run and the runs are read as one result. A stage folder keeps its training run at
+``runs/<name>`` (:func:`stackedheads.layout.training_run`) and further pieces beside it at
+``runs/<name>-<anything>`` (``runs/transformer-D-seed2``); every reader of a stage (``claims``,
+``seeds``, ``report``, and ``publish``, which keeps them all) goes through :func:`combine`.
+
+Pieces combine when their settings are the same except for how they ran: the seeds (which must
+not overlap), the thread count, ``compile`` and the device (each changes a loss only to
+rounding). Anything else that differs (the dtype, a schedule, the training set) makes them two
+results, refused in one line that names the first settings that differ.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from stackedheads.errors import UsageError
+
+# How a piece ran, not what it trained: free to differ between the pieces of one result.
+EXECUTION = ("seeds", "threads", "compile", "device")
+
+
+def piece_dirs(stage_dir: Path, name: str) -> list[Path]:
+    """The training runs of one stage: ``runs/<name>`` first, then ``runs/<name>-*`` by name."""
+    runs = Path(stage_dir) / "runs"
+    extra = sorted(p for p in runs.glob(f"{name}-*") if p.is_dir()) if runs.is_dir() else []
+    return [p for p in [runs / name, *extra] if p.is_dir()]
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _normalised(config: dict, where: Path) -> dict:
+    """A run's config as today's code writes it (a field added since it was written gets the
+    default that means "as before"), less the execution fields."""
+    from stackedheads.training.config import TrainConfig  # torch: only when pieces are compared
+
+    try:
+        d = TrainConfig.from_dict(config).to_dict()
+    except UsageError as e:
+        raise UsageError(f"{where}: {e}") from None
+    return {k: v for k, v in _flat(json.loads(json.dumps(d))).items() if k not in EXECUTION}
+
+
+def differences(a: dict, b: dict, where_a: Path, where_b: Path) -> list[str]:
+    """``key: a, b`` for each setting (dotted) in which two runs' configs differ, execution aside."""
+    fa, fb = _normalised(a, where_a), _normalised(b, where_b)
+    return [f"{k}: {fa.get(k, '(none)')} and {fb.get(k, '(none)')}" for k in dict.fromkeys([*fa, *fb])
+            if fa.get(k, "(none)") != fb.get(k, "(none)")]
+
+
+def combine(pieces: list[tuple[Path, dict]]) -> dict | None:
+    """One training summary from the pieces' ``summary.json`` (``config``, ``seeds``,
+    ``wall_s``), in order: the first piece's config with every seed, the seeds side by side,
+    the wall times added, and ``pieces`` naming the folders. None when there is none; one
+    piece is returned as it is. Refuses pieces of different settings or sharing a seed."""
+    if not pieces:
+        return None
+    if len(pieces) == 1:
+        return pieces[0][1]
+    (first_dir, first), seen = pieces[0], {}
+    for d, s in pieces:
+        if d is not first_dir:
+            diff = differences(first["config"], s["config"], first_dir, d)
+            if diff:
+                raise UsageError(f"{d} and {first_dir} are not pieces of one result: their settings differ "
+                                 f"({'; '.join(diff[:3])}{f'; {len(diff) - 3} more' if len(diff) > 3 else ''})")
+        for seed in s["seeds"]:
+            if seed in seen:
+                raise UsageError(f"{d} and {seen[seed]} both hold seed {seed}: a seed belongs to one piece")
+            seen[seed] = d
+    seeds = sorted(seen, key=int)
+    merged = {seed: next(s["seeds"][seed] for d, s in pieces if seed in s["seeds"]) for seed in seeds}
+    config = {**first["config"], "seeds": [int(x) for x in seeds]}
+    wall = sum(float(s.get("wall_s") or 0.0) for _, s in pieces)
+    return {**first, "config": config, "seeds": merged, "wall_s": wall, "pieces": [d.name for d, _ in pieces]}

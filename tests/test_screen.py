@@ -1,0 +1,235 @@
+"""The recipe screen (issue 39): the choices Sec. 7.1 leaves open as model and recipe settings,
+runs trained in pieces read as one result, and the distance to Sec. 9's curriculum."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import pytest
+import torch
+from helpers import one_error
+
+from stackedheads import presets, seeds
+from stackedheads.errors import UsageError
+from stackedheads.layout import EMERGENCE_RUN
+from stackedheads.model import INIT_STD, EnsembleTransformer, ModelConfig
+from stackedheads.training import train
+from stackedheads.training.optim import make_optimizer
+
+SEC9 = presets.get("sec9")
+
+
+def _params(cfg: ModelConfig, seeds=(0, 1)) -> dict:
+    return dict(EnsembleTransformer(cfg, seeds).named_parameters())
+
+
+# --- the model's choices ------------------------------------------------------------------------
+
+
+def test_each_initialisation_choice_changes_only_its_own_parameters():
+    base_cfg = presets.get("sec9-smoke").model_config()
+    base = _params(base_cfg)
+    for change, own in (({"in_init": "torch"}, {"W_in", "b_in"}), ({"pos_embed": "learned"}, {"W_pos"}),
+                        ({"resid_scale": "sublayers"}, {f"blocks.{i}.attn.W_O" for i in range(base_cfg.n_layers)})):
+        other = _params(ModelConfig(**{**base_cfg.to_dict(), **change}))
+        assert {k for k in other if k not in base or not torch.equal(other[k], base[k])} == own, change
+
+
+def test_torch_init_is_nn_linears_default():
+    cfg = ModelConfig(**{**SEC9.model_config().to_dict(), "in_init": "torch", "n_layers": 1})
+    p = _params(cfg, seeds=(3,))
+    bound = 1 / math.sqrt(cfg.d_in)  # kaiming_uniform(a=sqrt(5)) on fan_in d_in, and its bias
+    for name in ("W_in", "b_in"):
+        assert p[name].abs().max() <= bound and p[name].abs().max() > 0.9 * bound
+    assert p["W_in"].std().item() == pytest.approx(bound / math.sqrt(3), rel=0.1)  # U(-b, b)
+    # A member's draws depend on its seed only (ensembles split and merge exactly).
+    assert torch.equal(p["W_in"][0], _params(cfg, seeds=(5, 3))["W_in"][1])
+
+
+def test_residual_scaling_by_sublayers():
+    no_mlp = SEC9.model_config()  # 24 layers, no MLP
+    for cfg, ratio in ((no_mlp, math.sqrt(2)), (presets.get("sec8").model_config(), 1.0)):
+        blocks = _params(cfg, seeds=(0,))["blocks.0.attn.W_O"].std().item()
+        sub = _params(ModelConfig(**{**cfg.to_dict(), "resid_scale": "sublayers"}), seeds=(0,))["blocks.0.attn.W_O"].std().item()
+        assert sub / blocks == pytest.approx(ratio, rel=1e-6)
+    std = _params(ModelConfig(**{**no_mlp.to_dict(), "resid_scale": "sublayers"}), seeds=(0,))["blocks.0.attn.W_O"].std().item()
+    assert std == pytest.approx(INIT_STD / math.sqrt(24), rel=0.05)
+
+
+def test_a_learned_position_table_moves_the_outputs_and_is_an_embedding_for_decay():
+    cfg = presets.get("sec9-smoke").override(pos_embed="learned")
+    assert cfg.model.n_ctx == cfg.task.seq_len  # derived from the task, as d_in is
+    model = EnsembleTransformer(cfg.model_config(), seeds=[0])
+    x = torch.randn(1, 2, cfg.task.seq_len, cfg.task.d_in)
+    before = model(x)
+    with torch.no_grad():
+        model.W_pos.copy_(torch.randn_like(model.W_pos))  # a constant shift would be removed by LayerNorm
+    assert not torch.allclose(model(x), before)
+    with pytest.raises(UsageError, match="positions exceed"):
+        model(torch.randn(1, 2, cfg.task.seq_len + 1, cfg.task.d_in))
+    groups = make_optimizer(model, cfg.override(decay_exempt=("embed",))).param_groups
+    assert any(p is model.W_pos for p in groups[1]["params"]) and groups[1]["weight_decay"] == 0.0
+
+
+def test_a_choice_outside_its_values_is_one_line(cli, tmp_path):
+    with pytest.raises(UsageError, match="'in_init' must be one of gpt2, torch"):
+        ModelConfig(in_init="xavier")
+    r = cli("train", "--preset", "smoke", "--pos-embed", "sinusoid", "--out", tmp_path / "r")
+    assert r.code == 2 and one_error(r.err) and "--pos-embed" in r.err and not (tmp_path / "r").exists()
+
+
+def test_a_folder_written_before_the_choices_existed_resumes(tmp_path):
+    run = tmp_path / "r"
+    train(presets.get("smoke").override(steps=10, ckpt_every=5), run)
+    cfg = json.loads((run / "config.json").read_text())
+    for k in ("in_init", "resid_scale", "pos_embed"):
+        del cfg["model"][k]
+    (run / "config.json").write_text(json.dumps(cfg))
+    train(presets.get("smoke").override(steps=10, ckpt_every=5), run)  # not refused as "another configuration"
+
+
+# --- recipes ----------------------------------------------------------------------------------
+
+
+def test_every_recipe_changes_what_it_names_and_nothing_else():
+    base = presets.get("sec9").to_dict()
+    for name in presets.RECIPES:
+        changes = presets.RECIPES.get(name).changes
+        cfg = presets.get("sec9", name)
+        for k, v in changes.items():
+            owner = {"n_train": "task", "pe": "task", "in_init": "model", "resid_scale": "model", "pos_embed": "model",
+                     "dtype": None}.get(k, "optim")
+            assert (cfg.to_dict()[owner] if owner else cfg.to_dict())[k] == v
+        diff = {(part, k) for part in ("task", "model", "optim") for k, v in cfg.to_dict()[part].items() if base[part][k] != v}
+        diff |= {("", k) for k, v in cfg.to_dict().items() if not isinstance(v, dict) and base[k] != v}
+        assert {k for _, k in diff} <= set(changes), name
+    assert presets.get("sec9", "gpt2") == presets.get("sec9")
+    with pytest.raises(UsageError, match="unknown recipe 'bogus'"):
+        presets.get("sec9", "bogus")
+
+
+def test_train_takes_a_recipe_and_options_override_it(cli, tmp_path):
+    r = cli("train", "--preset", "smoke", "--recipe", "constant-clip", "--steps", "12", "--ckpt-every", "12",
+            "--final-window", "2", "--out", tmp_path / "r")
+    assert r.code == 0, r.err
+    optim = json.loads((tmp_path / "r" / "config.json").read_text())["optim"]
+    assert optim["schedule"] == "constant" and optim["warmup_steps"] == 0 and optim["grad_clip"] == 1.0
+    r = cli("train", "--preset", "smoke", "--recipe", "train-2048", "--n-train", "1024", "--steps", "6",
+            "--ckpt-every", "6", "--final-window", "1", "--out", tmp_path / "s")
+    assert r.code == 0 and json.loads((tmp_path / "s" / "config.json").read_text())["task"]["n_train"] == 1024
+    r = cli("train", "--preset", "smoke", "--recipe", "nope", "--out", tmp_path / "t")
+    assert r.code == 2 and one_error(r.err) and "unknown recipe" in r.err
+
+
+# --- pieces -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pieces(tmp_path_factory):
+    """Transformer D's smoke twin trained as two pieces (seed 0; seed 1) and as one ensemble."""
+    root = tmp_path_factory.mktemp("pieces")
+    cfg = presets.get("sec9-smoke").override(steps=20, ckpt_every=10, eval_every=5, final_window=4, threads=1)
+    stage = root / "split" / "emergence" / "runs"
+    train(cfg.override(seeds=(0,)), stage / EMERGENCE_RUN)
+    train(cfg.override(seeds=(1,)), stage / f"{EMERGENCE_RUN}-seed1")
+    train(cfg.override(seeds=(0, 1)), root / "whole" / "emergence" / "runs" / EMERGENCE_RUN)
+    return root, cfg
+
+
+def test_pieces_read_as_one_run(pieces):
+    root, cfg = pieces
+    (split,) = seeds.collect_seeds([root / "split"])
+    (whole,) = seeds.collect_seeds([root / "whole"])
+    assert [r.seed for r in split.rows] == ["0", "1"] == [r.seed for r in whole.rows]
+    for a, b in zip(split.rows, whole.rows):
+        # The same models: an ensemble's member is the model of its seed alone (to rounding).
+        assert a.final_val_loss == pytest.approx(b.final_val_loss, rel=1e-3)
+        assert a.loss_drops == b.loss_drops and a.loss_drops is not None
+        assert a.train_val_gap == pytest.approx(b.train_val_gap, abs=1e-3)
+    assert split.recipe == whole.recipe
+
+
+def test_pieces_of_other_settings_or_one_seed_twice_are_refused(pieces, tmp_path, cli):
+    import shutil
+
+    root, cfg = pieces
+    folder = tmp_path / "mixed"
+    shutil.copytree(root / "split", folder)
+    train(cfg.override(seeds=(2,), lr=2e-3), folder / "emergence" / "runs" / f"{EMERGENCE_RUN}-lr")
+    with pytest.raises(UsageError, match=r"not pieces of one result: their settings differ \(optim.lr: 0.001 and 0.002\)"):
+        seeds.collect_seeds([folder])
+    r = cli("claims", folder)
+    assert r.code == 2 and one_error(r.err) and "optim.lr" in r.err
+    shutil.rmtree(folder / "emergence" / "runs" / f"{EMERGENCE_RUN}-lr")
+    shutil.copytree(folder / "emergence" / "runs" / f"{EMERGENCE_RUN}-seed1", folder / "emergence" / "runs" / f"{EMERGENCE_RUN}-again")
+    with pytest.raises(UsageError, match="both hold seed 1"):
+        seeds.collect_seeds([folder])
+    # How a piece ran (threads, compile, device) is not a setting: those combine.
+    shutil.rmtree(folder / "emergence" / "runs" / f"{EMERGENCE_RUN}-again")
+    summary = folder / "emergence" / "runs" / f"{EMERGENCE_RUN}-seed1" / "summary.json"
+    s = json.loads(summary.read_text())
+    s["config"]["threads"], s["config"]["compile"] = 2, True
+    summary.write_text(json.dumps(s))
+    assert len(seeds.collect_seeds([folder])[0].rows) == 2
+
+
+# --- the distance -------------------------------------------------------------------------------
+
+
+def _screen_folder(root, falls: dict[int, list[int | None]], final: float, steps=6400, per_epoch=8):
+    """A sec9-shaped training run without circuits: each seed's x1..x4 at 0.75 until its step in
+    ``falls`` (None: never), then 0.01; training loss 0.002 below validation over the run."""
+    cfg = presets.get("sec9").override(seeds=tuple(falls), steps=steps, eval_every=80, final_window=100).to_dict()
+    run = root / "emergence" / "runs" / EMERGENCE_RUN
+    run.mkdir(parents=True)
+    rows = []
+    for seed, at in falls.items():
+        for step in list(range(80, steps + 1, 80)):
+            parts = [0.01 if a is not None and step >= a else 0.75 for a in at]
+            val = sum(parts) / 4
+            rows.append({"step": step, "seed": seed, "train_loss": val - 0.002, "val_loss": val,
+                         **{f"val_x{j + 1}": p for j, p in enumerate(parts)}, "wall_s": 1.0})
+    with open(run / "metrics.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    (run / "summary.json").write_text(json.dumps({"config": cfg, "wall_s": 1.0, "seeds": {
+        str(s): {"final_val_loss": final, "final_partial": {f"val_x{j}": final for j in range(1, 5)}} for s in falls}}))
+    return root
+
+
+def test_the_distance_is_the_stated_formula(tmp_path):
+    # Seed 0 one position at a time from step 3,600 (450 epochs); seed 1 two positions at once.
+    folder = _screen_folder(tmp_path / "a", {0: [3600, 4000, 4400, 4800], 1: [1600, 2400, 2400, 3200]}, final=0.062)
+    (run,) = seeds.collect_seeds([folder])
+    a, b = run.rows
+    assert (a.plateau_epochs, a.plateau_from) == (450.0, "x1") and a.loss_drop_order == "in order"
+    assert a.drop_epochs == {"x1": 450.0, "x2": 500.0, "x3": 550.0, "x4": 600.0}
+    assert b.loss_drop_order == "tie" and a.train_val_gap == pytest.approx(0.002)
+    d = run.summary()["distance"]
+    # medians: plateau (450 + 200) / 2 = 325 epochs, final 0.062 = 2 x 0.031, one seed of two in order
+    assert d["plateau"] == pytest.approx(abs(math.log(325 / 450)))
+    assert d["final"] == pytest.approx(math.log(2)) and d["order"] == 0.5
+    assert d["value"] == pytest.approx(abs(math.log(325 / 450)) + math.log(2) + 0.5)
+    lines = seeds.distribution_lines(run)
+    assert any(line.startswith(f"distance to the paper: {d['value']:.2f}") for line in lines)
+    assert any("until x1's loss falls below C2's threshold: median 325 epochs" in line for line in lines)
+    head, rows = seeds.seed_table(run)
+    assert rows[0][head.index("gaps (epochs)")] == "50 50 50" and rows[0][head.index("plateau (epochs)")] == "450 (x1)"
+
+
+def test_runs_are_ranked_by_distance_and_a_run_on_the_plateau_is_not_measured(tmp_path, cli):
+    near = _screen_folder(tmp_path / "near", {0: [3600, 4000, 4400, 4800]}, final=0.031)
+    far = _screen_folder(tmp_path / "far", {0: [400, 800, 880, 1040]}, final=0.0024)
+    stuck = _screen_folder(tmp_path / "stuck", {0: [None, None, None, None]}, final=0.75)
+    runs = seeds.collect_seeds([far, stuck, near])
+    head, rows = seeds.distance_table(runs)
+    assert [r[0] for r in rows] == ["near", "far", "stuck", "paper (Sec. 9.2)"]
+    assert rows[0][-1] == "0.00" and rows[2][-1] == "-"
+    assert runs[1].summary()["distance"] == {"value": None, "missing": ["plateau (no seed left it)"]}
+    cmp = [c for c in seeds.compare(runs) if c["measure"] == "distance to the paper"]
+    assert cmp[0]["closer"] == "near"
+    r = cli("seeds", far, stuck, near)
+    assert r.code == 0 and "Distance to Sec. 9" in r.out and "plateau (no seed left it) missing" in r.out
