@@ -62,7 +62,8 @@ def test_a_position_that_never_emerges_is_not_in_order(tmp_path):
     never = timeline({K1: 3600, K2: 3920, K3: 4400, K4: None}, OUT_OF_ORDER[1])
     (run,) = seeds.collect_seeds([emergence_folder(tmp_path / "run", [0.03], [never])])
     assert run.rows[0].verdicts["E3"] == INCONCLUSIVE and run.summary()["emerged_in_order"] == 0
-    assert "never" in seeds.seed_table(run)[1][0][6]
+    head, rows = seeds.seed_table(run)
+    assert "never" in rows[0][head.index("x1.. emerged (checkpoint)")]
 
 
 def test_recipes_side_by_side(tmp_path):
@@ -137,7 +138,7 @@ def test_cli(tmp_path, cli):
     assert code == 0 and "E4" in out
     (tmp_path / "empty").mkdir()
     for args, said in (((tmp_path / "missing",), "is not a folder"), ((folder, "--label", "a", "--label", "b"), "2 labels for 1 folders"),
-                       ((tmp_path / "empty",), "no discovered circuits")):
+                       ((tmp_path / "empty",), "neither discovered circuits nor a finished training run")):
         code, _, err = cli("seeds", *args)
         assert code == 2 and one_error(err) and said in err, err
 
