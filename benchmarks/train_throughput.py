@@ -29,6 +29,8 @@ Run (idle machine: nothing else heavy running)::
     .venv/bin/python benchmarks/train_throughput.py                  # steps + profile, ~10 minutes on 2 cores
     .venv/bin/python benchmarks/train_throughput.py --sizes quick    # one size
     .venv/bin/python benchmarks/train_throughput.py --sweep          # and the shortened quick sweep
+    .venv/bin/python benchmarks/train_throughput.py --sizes sec8 --variants new-float32,new-bfloat16-compile \
+        --no-profile --project --threads 2                             # one seed of sec8: does it fit a piece?
 
 The last line is JSON with every number.
 """
@@ -81,7 +83,11 @@ def _setup(spec: dict):
     from stackedheads.training import loop as t  # the names the loop trains with, in either tree
 
     keep_freed_memory()
+    if spec.get("threads"):
+        torch.set_num_threads(spec["threads"])
     cfg = presets.get(spec["size"])
+    if spec.get("one_seed"):  # a run of one seed (a piece of a result trained in pieces)
+        cfg = cfg.override(seeds=cfg.seeds[:1])
     model = t.EnsembleTransformer(cfg.model_config(), seeds=list(cfg.seeds))
     opt = t.make_optimizer(model, cfg)
     forward = torch.compile(model) if spec["compile"] else model
@@ -229,6 +235,21 @@ def run_worker(spec: dict, trees: dict[str, Path], busy: bool = False) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def project(size: str, r: dict, budget_h: float, dtype: str) -> dict:
+    """One seed's whole run at the measured step (evaluation's share included), against a piece's
+    budget: issue 40 starts a seed only where it fits, and never in an emulated bfloat16."""
+    from stackedheads import presets
+    from stackedheads.training.config import native_dtype
+
+    hours = presets.get(size).steps * r["step_with_eval_s"] / 3600
+    emulated = dtype == "bfloat16" and native_dtype("cpu") != "bfloat16"
+    fits = hours <= budget_h and not emulated
+    why = "bfloat16 is emulated on this CPU (no AVX512-BF16 or AMX)" if emulated else (
+        f"{'within' if fits else 'over'} a {budget_h:g} h piece")
+    return {"hours": hours, "fits": fits,
+            "text": f"one seed, {presets.get(size).steps:,} steps: {hours:.2f} h; {'start it' if fits else 'do not start'}: {why}"}
+
+
 def matmul_peak(dtype_name: str) -> float:
     """FLOP/s of a 2048^3 product in ``dtype_name``, best of five."""
     import torch
@@ -265,6 +286,10 @@ def main() -> None:
     ap.add_argument("--busy", action="store_true", help="also measure the steps beside a busy process")
     ap.add_argument("--sweep", action="store_true", help="also time the shortened quick Figure 4 sweep")
     ap.add_argument("--sweep-steps", type=int, default=500, help="steps per job of the shortened quick sweep")
+    ap.add_argument("--project", action="store_true",
+                    help="measure one seed per run and project its whole run (the preset's steps) on this machine")
+    ap.add_argument("--budget-h", type=float, default=2.25, help="a piece's budget in hours for --project (default 2.25)")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads in each worker (default: torch's)")
     args = ap.parse_args()
     if args.worker:
         print(json.dumps(_worker(json.loads(args.worker))))
@@ -307,11 +332,16 @@ def _measure(args, variants: dict, sizes: tuple, peaks: dict, trees: dict, resul
             label = "busy" if busy else "idle"
             rows = {}
             for name, v in variants.items():
-                rows[name] = r = run_worker({"kind": "step", "size": size, "steps": STEPS[size], **v}, trees, busy)
+                spec = {"kind": "step", "size": size, "steps": STEPS[size], "one_seed": args.project,
+                        "threads": args.threads, **v}
+                rows[name] = r = run_worker(spec, trees, busy)
                 r["speedup"] = rows[first]["step_with_eval_s"] / r["step_with_eval_s"]
                 r["mfu"] = r["gflops"] * 1e9 / peaks[v["dtype"]]
                 print(f"{size:<6} {label:<5} {name:<22} {r['step_with_eval_s']:>8.3f} {r['speedup']:>7.2f}x"
                       f" {r['gflops']:>8.1f} {r['mfu']:>6.1%} {r['warmup_s']:>9.1f}", flush=True)
+                if args.project:
+                    r["projection"] = project(size, r, args.budget_h, v["dtype"])
+                    print(f"{'':<6} {'':<5} {'':<22} {r['projection']['text']}", flush=True)
             result["steps"][f"{size}/{label}"] = rows
 
     if not args.no_profile:
