@@ -197,7 +197,7 @@ def test_circuits_without_timelines_say_so(tmp_path):
         _write(folder / "emergence" / "discovered" / f"seed{s}" / "summary.json", found())
     (run,) = seeds.collect_seeds([folder])
     lines = seeds.distribution_lines(run)
-    assert any("no emergence timeline yet" in line for line in lines)
+    assert any("no partial losses (neither an emergence timeline nor the run's metrics.csv)" in line for line in lines)
     assert not any("chain order" in line or "no path" in line for line in lines)
 
 

@@ -130,6 +130,8 @@ class ModelConfig:
             if getattr(self, name) not in (None, *allowed):
                 raise UsageError(f"'{name}' must be one of {', '.join(allowed)}, got {getattr(self, name)!r}",
                                  fields=(name,))
+            if getattr(self, name) == allowed[0]:  # the first choice named is the unset one: one setting, one spelling
+                object.__setattr__(self, name, None)
         if not _is_int(self.n_ctx) or self.n_ctx < 0:
             raise UsageError(f"ModelConfig.n_ctx must be an integer >= 0, got {self.n_ctx!r}")
 
@@ -432,7 +434,8 @@ class EnsembleTransformer(nn.Module):
         so member e's weights depend on its seed only -- not on E, the device, or its
         neighbours -- which is what makes ensembles split and merge exactly. What the
         screen's choices add (a position table, the input projection's PyTorch default) is
-        drawn after all of those, so every other weight is the preset's, draw for draw.
+        drawn from a generator of its own (:func:`_choice_generator`), so every other weight is
+        the preset's, draw for draw, and choices combine without moving each other's draws.
         """
         cfg = self.config
         sublayers = cfg.n_layers * (1 if cfg.resid_scale == "sublayers" and not cfg.mlp else 2)
@@ -453,10 +456,12 @@ class EnsembleTransformer(nn.Module):
                     value = torch.empty(p.shape[1:]).normal_(0.0, std, generator=gen)
                 p[e].copy_(value)
             if self.W_pos is not None:
-                self.W_pos[e].copy_(torch.empty(self.W_pos.shape[1:]).normal_(0.0, INIT_STD, generator=gen))
+                g = _choice_generator(seed, "pos_embed")
+                self.W_pos[e].copy_(torch.empty(self.W_pos.shape[1:]).normal_(0.0, INIT_STD, generator=g))
             if cfg.in_init == "torch":
-                self.W_in[e].copy_(torch.empty(self.W_in.shape[1:]).uniform_(-bound, bound, generator=gen))
-                self.b_in[e].copy_(torch.empty(self.b_in.shape[1:]).uniform_(-bound, bound, generator=gen))
+                g = _choice_generator(seed, "in_init")
+                self.W_in[e].copy_(torch.empty(self.W_in.shape[1:]).uniform_(-bound, bound, generator=g))
+                self.b_in[e].copy_(torch.empty(self.b_in.shape[1:]).uniform_(-bound, bound, generator=g))
 
     # ------------------------------------------------------------------ forward
 
@@ -616,6 +621,14 @@ def clip_grad_norm_per_member_(model: EnsembleTransformer, max_norm: float) -> T
 def _member_sum(t: Tensor) -> Tensor:
     """Sum of everything but the member axis, ``(E,)``."""
     return t.flatten(1).sum(dim=1)
+
+
+def _choice_generator(seed: int, choice: str) -> torch.Generator:
+    """A generator for the draws of one choice (``CHOICES``) of member ``seed``: apart from the
+    seed's own stream and from the other choices' (a fixed odd multiplier mixes the seed, so seed
+    s's stream for a choice is no other seed's main stream)."""
+    stream = 1 + list(CHOICES).index(choice)
+    return torch.Generator().manual_seed((seed * 0x9E3779B97F4A7C15 + stream) % 2**63)
 
 
 def count_parameters(config: ModelConfig) -> int:

@@ -4,12 +4,14 @@ A paper-size training is longer than a session of a 2-core CPU (transformer D's 
 one of transformers A-C's 24,000-step seeds: issues 39 and 40), so it is trained a seed or two
 per run and the runs are read as one result. A stage folder keeps its training run at
 ``runs/<name>`` (:func:`stackedheads.layout.training_run`) and further pieces beside it at
-``runs/<name>-<anything>`` (``runs/transformer-D-seed2``); every reader of a stage (``claims``,
-``seeds``, ``report``, and ``publish``, which keeps them all) goes through :func:`combine`.
+``runs/<name>-<anything>`` (``runs/transformer-D-seed2``); the stage's readers (``claims``,
+``seeds`` and the report's verdicts) go through :func:`combine`; ``publish`` of the stage's
+folder keeps every piece's small files. A piece without its summary.json (still training) is
+not part of the result: :func:`unfinished` names it.
 
 Pieces combine when their settings are the same except for how they ran: the seeds (which must
 not overlap), the thread count, ``compile`` and the device (each changes a loss only to
-rounding). Anything else that differs (the dtype, a schedule, the training set) makes them two
+rounding), and whether every checkpoint was kept. Anything else that differs (the dtype, a schedule, the training set) makes them two
 results, refused in one line that names the first settings that differ.
 """
 
@@ -19,9 +21,10 @@ import json
 from pathlib import Path
 
 from stackedheads.errors import UsageError
+from stackedheads.storage import flat
 
 # How a piece ran, not what it trained: free to differ between the pieces of one result.
-EXECUTION = ("seeds", "threads", "compile", "device")
+EXECUTION = ("seeds", "threads", "compile", "device", "keep_checkpoints")
 
 
 def piece_dirs(stage_dir: Path, name: str) -> list[Path]:
@@ -31,14 +34,9 @@ def piece_dirs(stage_dir: Path, name: str) -> list[Path]:
     return [p for p in [runs / name, *extra] if p.is_dir()]
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
+def unfinished(stage_dir: Path, name: str) -> list[Path]:
+    """The stage's pieces that have started (config.json) but not finished (no summary.json)."""
+    return [d for d in piece_dirs(stage_dir, name) if (d / "config.json").exists() and not (d / "summary.json").exists()]
 
 
 def _normalised(config: dict, where: Path) -> dict:
@@ -50,7 +48,7 @@ def _normalised(config: dict, where: Path) -> dict:
         d = TrainConfig.from_dict(config).to_dict()
     except UsageError as e:
         raise UsageError(f"{where}: {e}") from None
-    return {k: v for k, v in _flat(json.loads(json.dumps(d))).items() if k not in EXECUTION}
+    return {k: v for k, v in flat(json.loads(json.dumps(d))).items() if k not in EXECUTION}
 
 
 def differences(a: dict, b: dict, where_a: Path, where_b: Path) -> list[str]:
@@ -70,8 +68,8 @@ def combine(pieces: list[tuple[Path, dict]]) -> dict | None:
     if len(pieces) == 1:
         return pieces[0][1]
     (first_dir, first), seen = pieces[0], {}
-    for d, s in pieces:
-        if d is not first_dir:
+    for i, (d, s) in enumerate(pieces):
+        if i:
             diff = differences(first["config"], s["config"], first_dir, d)
             if diff:
                 raise UsageError(f"{d} and {first_dir} are not pieces of one result: their settings differ "

@@ -15,16 +15,19 @@ The paper's numbers beside ours: transformers A-C reach a validation MSE below 0
 before its first head emerges, in chain order (Sec. 9.2, Fig. 6-7).
 
 A run whose circuits were not discovered (a recipe screen's run, issue 39) still has its
-seeds: the final losses, each partial loss's fall below C2's threshold from metrics.csv, and
-the plateau up to x1's fall. A stage trained in pieces is one run (:mod:`stackedheads.pieces`).
+seeds: the final losses and each partial loss's fall below C2's threshold, from metrics.csv. A
+stage trained in pieces is one run (:mod:`stackedheads.pieces`); a piece still training is
+named, not counted.
 
 The distance to Sec. 9's curriculum, one number per run (:func:`distance`)::
 
-    |ln(plateau / 450 epochs)| + |ln(final val MSE / 0.031)| + (1 - share of seeds in order)
+    |ln(x1's fall / 450 epochs)| + |ln(final val MSE / 0.031)| + (1 - share of seeds in order)
 
-on the medians over seeds; "in order" is x1..xD falling below C2's threshold at strictly
-increasing evaluations (one at a time, in chain order). 0 is the paper; a factor of e off in
-plateau or loss adds 1, a run with no seed in order adds 1.
+on the medians over seeds. The plateau term is x1's fall below C2's threshold for every run,
+circuits or not, so runs compare like for like; a seed whose x1 never fell counts at the run's
+length (a lower bound, shown as ">="). "In order" is x1..xD falling at strictly increasing
+evaluations (one at a time, in chain order). 0 is the paper; a factor of e off in plateau or
+loss adds 1, a run with no seed in order adds 1.
 """
 
 from __future__ import annotations
@@ -39,12 +42,12 @@ from stackedheads.claims._circuits import heads_in, read_timeline, stage_from_fi
 from stackedheads.errors import UsageError
 from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN, timeline
 from stackedheads.ordering import end_of_plateau, order_of
-from stackedheads.pieces import piece_dirs
+from stackedheads.pieces import piece_dirs, unfinished
 
 # The paper's numbers the distributions are set beside (the claims modules hold the thresholds).
 PAPER = {
     "sec8": {"final_val_loss": 0.01, "useful_heads": 4, "source": "Sec. 8.2: below 0.01 after 24k steps; 4 of 12 heads useful"},
-    "sec9": {"final_val_loss": 0.031, "plateau_epochs": 450.0,
+    "sec9": {"final_val_loss": 0.031, "plateau_epochs": 450.0, "distance_to_paper": 0.0,
              "source": "Sec. 9.2: 0.031; about 450 epochs before the first head; heads and losses in chain order"},
 }
 SECTION_OF = {"circuits": "sec8", "emergence": "sec9"}
@@ -65,7 +68,8 @@ class SeedRow:
     plateau_epochs: float | None = None  # Sec. 9: epochs before the first path serving a position crosses 0.5
     plateau_from: str | None = None  # "path" (a timeline's first serving path) or "x1" (x1's loss falls below C2's threshold)
     drop_epochs: dict[str, float | None] | None = None  # loss_drops on the epoch axis
-    train_val_gap: float | None = None  # mean val minus mean train loss over the final window (memorising: > 0)
+    run_epochs: float | None = None  # the run's length in epochs (where a never-fallen x1 is censored)
+    train_val_gap: float | None = None  # val minus the training batches' loss (before each update) over the final window
     first_paths: list[str] = field(default_factory=list)
     loss_drop_order: str | None = None  # ordering.order_of over loss_drops (E4)
     emerged_at: dict[str, int | None] | None = None  # Sec. 9: first checkpoint each position's new paths are all >= 0.5
@@ -84,6 +88,7 @@ class RunSeeds:
     section: str  # "sec8" or "sec9"
     recipe: dict
     rows: list[SeedRow]
+    unfinished: list[str] = field(default_factory=list)  # pieces still training: not counted
 
     def summary(self) -> dict:
         """The distribution over seeds: the median, the range, and each claim's verdict counts."""
@@ -94,6 +99,13 @@ class RunSeeds:
             out["loss_drop_seeds"] = sum(r.loss_drops is not None for r in self.rows)
             out["plateau_epochs"] = spread([r.plateau_epochs for r in self.rows if r.plateau_epochs is not None])
             out["plateau_from"] = sorted({r.plateau_from for r in self.rows if r.plateau_from})
+            # x1's fall, a never-fallen seed at the run's length: the distance's plateau term
+            falls = [(r.drop_epochs["x1"], False) if r.drop_epochs["x1"] is not None else (r.run_epochs, True)
+                     for r in self.rows if r.drop_epochs and r.run_epochs is not None]
+            out["x1_fall_epochs"] = spread([v for v, _ in falls])
+            if out["x1_fall_epochs"]:
+                out["x1_fall_epochs"]["censored"] = sum(c for _, c in falls)
+            out["unfinished_pieces"] = list(self.unfinished)
             out["train_val_gap"] = spread([r.train_val_gap for r in self.rows if r.train_val_gap is not None])
             # In order means every position did it, at strictly increasing steps (E3's and E4's shape).
             out["loss_drops_in_order"] = sum(r.loss_drop_order == "in order" and None not in r.loss_drops.values()
@@ -113,19 +125,20 @@ class RunSeeds:
                 "seeds": [asdict(r) for r in self.rows], "summary": self.summary()}
 
 
-def distance(summary: dict) -> dict | None:
+def distance(summary: dict) -> dict:
     """A sec9 run's distance to the paper's curriculum (the module's formula) and its three
-    terms, from :meth:`RunSeeds.summary`; None when a term cannot be measured (no final loss,
-    no seed off the plateau, no partial losses), named in ``missing``."""
+    terms, from :meth:`RunSeeds.summary`; ``value`` None when a term cannot be measured (no final
+    loss, no partial losses), named in ``missing``. ``at_least``: the plateau term rests on a
+    seed that never left the plateau (its median is a lower bound)."""
     paper = PAPER["sec9"]
-    f, p, n = summary["final_val_loss"], summary["plateau_epochs"], summary["loss_drop_seeds"]
-    missing = [name for name, ok in (("final val MSE", f), ("plateau (no seed left it)", p), ("partial losses", n)) if not ok]
-    if missing:
-        return {"value": None, "missing": missing}
-    terms = {"plateau": abs(math.log(p["median"] / paper["plateau_epochs"])) if p["median"] > 0 else math.inf,
-             "final": abs(math.log(f["median"] / paper["final_val_loss"])) if f["median"] > 0 else math.inf,
+    f, p, n = summary["final_val_loss"], summary["x1_fall_epochs"], summary["loss_drop_seeds"]
+    missing = [name for name, ok in (("final val MSE", f), ("partial losses", n and p)) if not ok]
+    if missing or f["median"] <= 0 or p["median"] <= 0:  # a log of 0 has no distance to give
+        return {"value": None, "missing": missing or ["a positive median"]}
+    terms = {"plateau": abs(math.log(p["median"] / paper["plateau_epochs"])),
+             "final": abs(math.log(f["median"] / paper["final_val_loss"])),
              "order": 1.0 - summary["loss_drops_in_order"] / n}
-    return {"value": sum(terms.values()), **terms}
+    return {"value": sum(terms.values()), **terms, "at_least": p["censored"] > 0}
 
 
 def spread(values: list[float]) -> dict | None:
@@ -154,19 +167,12 @@ def _one_seed(stage: dict, seed: str) -> dict:
 
 
 def _metrics(stage_dir: Path, run_name: str) -> list[dict]:
-    """Every piece's metrics.csv rows ([] where none was kept)."""
+    """The metrics.csv rows of the finished pieces (those :func:`training_summary` combined; []
+    where none was kept): a piece still training holds no seed of the result."""
     from stackedheads.training.metrics import read_metrics
 
-    return [r for d in piece_dirs(stage_dir, run_name) if (d / "metrics.csv").exists() for r in read_metrics(d)]
-
-
-def _per_epoch(config: dict) -> float | None:
-    """Epochs per step of a run's config (Sec. 9.1 counts 8 steps an epoch; else n_train // batch)."""
-    try:
-        per = config.get("steps_per_epoch") or max(1, config["task"]["n_train"] // config["batch_size"])
-    except (KeyError, TypeError):
-        return None
-    return 1.0 / per
+    return [r for d in piece_dirs(stage_dir, run_name)
+            if (d / "summary.json").exists() and (d / "metrics.csv").exists() for r in read_metrics(d)]
 
 
 def _from_metrics(row: SeedRow, rows: list[dict], config: dict) -> None:
@@ -184,12 +190,15 @@ def _from_metrics(row: SeedRow, rows: list[dict], config: dict) -> None:
         drops = crossing_steps(mine, int(row.seed), parts, cross_threshold(task["chains"]))
         row.loss_drops = {k[4:]: v for k, v in drops.items()}
         row.loss_drop_order = order_of(list(drops.values()))
-    per = _per_epoch(config)
-    if row.loss_drops is not None and per is not None:
-        row.drop_epochs = {k: None if v is None else v * per for k, v in row.loss_drops.items()}
+    from stackedheads.training.config import TrainConfig
+
+    cfg = TrainConfig.from_dict(config)
+    last = max(r["step"] for r in mine)
+    if row.loss_drops is not None:
+        row.drop_epochs = {k: None if v is None else cfg.epoch(v) for k, v in row.loss_drops.items()}
+        row.run_epochs = cfg.epoch(last)
         if row.plateau_epochs is None and row.plateau_from is None and row.drop_epochs.get("x1") is not None:
             row.plateau_epochs, row.plateau_from = row.drop_epochs["x1"], "x1"
-    last = max(r["step"] for r in mine)
     window = [r for r in mine if r["step"] > last - int(config.get("final_window", 100))]
     if window:
         row.train_val_gap = sum(r["val_loss"] - r["train_loss"] for r in window) / len(window)
@@ -250,11 +259,12 @@ def section_seeds(folder: Path, stage_name: str, label: str) -> RunSeeds | None:
         if section == "sec9" and stage["train"]:
             _from_metrics(row, metrics, train["config"])
         rows.append(row)
-    return RunSeeds(label, str(folder), section, recipe_of(train["config"]), rows)
+    return RunSeeds(label, str(folder), section, recipe_of(train["config"]), rows,
+                    [d.name for d in unfinished(stage_dir, run_name)])
 
 
 def folder_seeds(folder: Path, label: str) -> list[RunSeeds]:
-    """The sections of one folder that have discovered circuits ([] when none has)."""
+    """The sections of one folder that have discovered circuits or a finished training run ([] when none has)."""
     return [s for name in SECTION_OF if (s := section_seeds(Path(folder), name, label))]
 
 
@@ -313,13 +323,11 @@ def compare(runs: list[RunSeeds]) -> list[dict]:
         else:
             measures = {"final_val_loss": lambda v, p: abs(math.log(v / p)) if v > 0 else math.inf}
         if section == "sec9":
-            measures["plateau_epochs"] = lambda v, p: abs(v - p)
-            dist = {r.label: sums[r.label]["distance"]["value"] for r in same}
-            if sum(v is not None for v in dist.values()) >= 2:
-                ranked = sorted((lab for lab in dist if dist[lab] is not None), key=dist.get)
-                out.append({"section": section, "measure": "distance to the paper", "paper": 0.0,
-                            "medians": {lab: v for lab, v in dist.items() if v is not None},
-                            "closer": None if dist[ranked[0]] == dist[ranked[1]] else ranked[0]})
+            # on a log scale, as the distance takes it: 225 and 900 epochs are as far from 450
+            measures["plateau_epochs"] = lambda v, p: abs(math.log(v / p)) if v > 0 else math.inf
+            for s in sums.values():  # the distance as one more measure whose median is the run's value
+                s["distance_to_paper"] = {"median": s["distance"]["value"]} if s["distance"]["value"] is not None else None
+            measures["distance_to_paper"] = lambda v, p: v
         for name, distance in measures.items():
             paper = PAPER[section][name]
             medians = {lab: s[name]["median"] for lab, s in sums.items() if s.get(name)}
@@ -355,7 +363,8 @@ def _steps(d: dict | None, untimed: list[str] = ()) -> str:
 
 
 def _gaps(epochs: dict | None) -> str:
-    """Epochs between consecutive positions' falls (x1->x2, x2->x3, ...); "-" where one never fell."""
+    """Epochs between consecutive positions' falls (x1->x2, x2->x3, ...); "-" where one never
+    fell; a negative gap is a position that fell before the one before it."""
     if not epochs or len(epochs) < 2:
         return "-"
     v = list(epochs.values())
@@ -395,23 +404,27 @@ def distribution_lines(run: RunSeeds) -> list[str]:
               if f else f"final val MSE: unknown (the training summary is lost) for {n}")
              + (f" (paper: {paper['final_val_loss']})" if run.section == "sec9" else f" (paper: below {paper['final_val_loss']})")]
     if run.section == "sec9" and not s["loss_drop_seeds"]:
-        lines.append("plateau and orders: no emergence timeline yet (`stackedheads emergence` on the run with these circuits)")
+        lines.append("plateau and orders: no partial losses (neither an emergence timeline nor the run's metrics.csv)")
     elif run.section == "sec9":
-        p = s["plateau_epochs"]
+        p, x1 = s["plateau_epochs"], s["x1_fall_epochs"]
         until = {("path",): "the first path serving a position", ("x1",): "x1's loss falls below C2's threshold"}.get(
             tuple(s["plateau_from"]), "the first path serving a position, or x1's fall where no timeline is")
         lines.append((f"plateau until {until}: median {p['median']:.0f} epochs (range {p['min']:.0f}-{p['max']:.0f})"
                       if p else "plateau: no seed left it")
                      + f" (paper: about {paper['plateau_epochs']:.0f})")
+        if x1 and s["timelines"]:
+            lines.append(f"x1's fall below C2's threshold: median {x1['median']:.0f} epochs (the distance's plateau term)")
         of = f"{s['loss_drop_seeds']} seed" + ("s" if s["loss_drop_seeds"] != 1 else "")
         lines.append(f"partial losses in chain order: {s['loss_drops_in_order']} of {of}"
                      + (f"; paths emerged in chain order: {s['emerged_in_order']} of {s['timelines']} with a timeline"
                         if s["timelines"] else "; no emergence timeline") + " (paper: in order)")
         if s["train_val_gap"]:
             g = s["train_val_gap"]
-            lines.append(f"val minus train loss over the final window: median {g['median']:+.4f} "
-                         f"(range {g['min']:+.4f} to {g['max']:+.4f}; above 0: memorised)")
+            lines.append(f"val minus the training batches' loss over the final window: median {g['median']:+.4f} "
+                         f"(range {g['min']:+.4f} to {g['max']:+.4f}; memorising shows far above the 0.001 of results/sec9)")
         lines.append(distance_text(s["distance"]))
+        if run.unfinished:
+            lines.append(f"not counted: {', '.join(run.unfinished)} (still training: no summary.json)")
     if s["useful_heads"]:
         u = s["useful_heads"]
         lines.append(f"useful heads: median {u['median']:g} (range {u['min']}-{u['max']})"
@@ -424,22 +437,24 @@ def distribution_lines(run: RunSeeds) -> list[str]:
 def distance_text(d: dict) -> str:
     if d["value"] is None:
         return f"distance to the paper: not measured ({', '.join(d['missing'])} missing)"
-    return (f"distance to the paper: {d['value']:.2f} (plateau {d['plateau']:.2f} + final {d['final']:.2f} "
+    at_least = "at least " if d["at_least"] else ""
+    return (f"distance to the paper: {at_least}{d['value']:.2f} (plateau {d['plateau']:.2f} + final {d['final']:.2f} "
             f"+ order {d['order']:.2f}; 0 is the paper)")
 
 
 def distance_table(runs: list[RunSeeds]) -> tuple[list[str], list[list[str]]]:
     """Every sec9 run on one line, closest to the paper first: its medians and its distance."""
-    head = ["run", "seeds", "final val MSE", "plateau (epochs)", "in chain order", "distance"]
+    head = ["run", "seeds", "final val MSE", "x1 falls (epoch)", "in chain order", "distance"]
     rows, paper = [], PAPER["sec9"]
     for run in runs:
         if run.section != "sec9":
             continue
         s = run.summary()
-        f, p, d = s["final_val_loss"], s["plateau_epochs"], s["distance"]
+        f, p, d = s["final_val_loss"], s["x1_fall_epochs"], s["distance"]
+        ge = ">=" if p and p["censored"] else ""
         rows.append((d["value"] if d["value"] is not None else math.inf, [
-            run.label, str(s["seeds"]), "-" if not f else f"{f['median']:.4f}", "-" if not p else f"{p['median']:.0f}",
-            f"{s['loss_drops_in_order']} of {s['loss_drop_seeds']}", "-" if d["value"] is None else f"{d['value']:.2f}"]))
+            run.label, str(s["seeds"]), "-" if not f else f"{f['median']:.4f}", "-" if not p else f"{ge}{p['median']:.0f}",
+            f"{s['loss_drops_in_order']} of {s['loss_drop_seeds']}", "-" if d["value"] is None else f"{ge}{d['value']:.2f}"]))
     rows.sort(key=lambda r: r[0])
     return head, [r for _, r in rows] + ([["paper (Sec. 9.2)", "", f"{paper['final_val_loss']}",
                                            f"{paper['plateau_epochs']:.0f}", "every seed", "0"]] if rows else [])
