@@ -48,7 +48,7 @@ def test_a_done_marker_is_trusted_only_while_its_files_exist_and_parse(tmp_path)
     (tmp_path / "seed0").mkdir()
     (tmp_path / "seed0" / "summary.json").write_text('{"a": 1}')
     (tmp_path / "rows.jsonl").write_text('{"r": 1}\n{"r": 2}\n')
-    (tmp_path / "figure.png").write_bytes(b"png")
+    (tmp_path / "figure.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0\0\0\0IEND\xaeB`\x82")  # whole as far as a PNG shows
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "step_000010.safetensors").write_bytes(b"x")
     (tmp_path / ".lock").write_text("")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import shutil
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -19,7 +21,19 @@ from pathlib import Path, PurePosixPath
 
 from stackedheads.errors import UsageError
 from stackedheads.provenance import machine
-from stackedheads.storage import atomic_write_bytes, atomic_write_json, read_state_json
+from stackedheads.storage import (
+    DONE,
+    RunFolder,
+    atomic_write_bytes,
+    atomic_write_json,
+    first_missing,
+    folder_kinds,
+    lock_holder,
+    read_bytes,
+    read_state_json,
+    remove_empty_folders,
+    replace_folder,
+)
 
 REFERENCE_FILE = "reference.json"
 KEPT_SUFFIXES = (".json", ".jsonl", ".csv", ".png", ".svg", ".txt", ".md")
@@ -110,14 +124,30 @@ def publish(src: str | Path, dest: str | Path, *, title: str, command: str, comm
     """Copy ``src``'s small top-level files (and those matching the ``include`` globs, e.g.
     ``discovered/seed*/circuit.json``) into ``dest`` and write its ``reference.json``.
 
-    Everything is checked before anything is written: a symbolic link, a glob reaching outside
-    ``src``, a file over the size limit, a non-finite wall time, or a file that git would ignore
-    where ``dest`` lies (a fresh clone would lack it) is one line and nothing is copied."""
+    What ``claims`` judges a kind from is kept too (a Figure 4 sweep's runs/*/ summaries and
+    metrics), and a copy whose claims would read otherwise than ``src``'s is refused. ``dest`` is
+    built beside itself and replaces an earlier reference of that name as a whole.
+
+    Everything is checked before anything is written: a symbolic link (in ``src`` or as
+    ``dest``), a glob reaching outside ``src``, a file over the size limit, a non-finite wall
+    time, an empty title or command, a commit that is no commit, an empty, unfinished or locked
+    ``src``, or a file that git would ignore where ``dest`` lies (a fresh clone would lack it)
+    is one line and nothing is copied."""
     src, dest = Path(src), Path(os.path.abspath(dest))
     if not src.is_dir():
         raise UsageError(f"{src} is not a folder")
+    _check_record(title, command, commit)
     wall_s = _checked_wall_s(wall_s)
-    files = _kept(src, include)
+    _check_dest(dest)
+    holder = lock_holder(src)
+    if holder is not None:  # its files may change under the copy
+        raise UsageError(f"{src} is in use by {holder}; publish it once that finishes")
+    kinds = folder_kinds(src)
+    _check_finished(src, kinds)
+    files = _kept(src, include) + [f for pattern in _needed(kinds) for f in _matches(src, pattern)]
+    files = list(dict.fromkeys(files))
+    if not files:
+        raise UsageError(f"{src} holds no file to publish ({'/'.join(KEPT_SUFFIXES)} at its top or matching --include)")
     big = [f for f in files if (src / f).stat().st_size > MAX_FILE_BYTES]
     if big:
         raise UsageError(f"{src / big[0]} is over {MAX_FILE_BYTES // 1_000_000} MB: a reference keeps small files only")
@@ -126,14 +156,104 @@ def publish(src: str | Path, dest: str | Path, *, title: str, command: str, comm
         path, why = next(iter(ignored.items()))
         raise UsageError(f"{path} would be ignored by git ({why}), so a clone would lack it: "
                          f"anchor that pattern to its folder (e.g. /runs/) or publish elsewhere")
-    for f in files:
-        atomic_write_bytes(dest / f, (src / f).read_bytes())
-    missing = missing_files(dest, files)
-    if missing:  # e.g. removed by another process meanwhile: the reference would promise it
-        raise UsageError(f"{dest / missing[0]} is missing after the copy; publish again")
-    ref = Reference(dest.name, title, command, commit, machine(), wall_s, time.strftime("%Y-%m-%d"), notes, files)
-    atomic_write_json(dest / REFERENCE_FILE, asdict(ref))
+    # Built whole beside NAME, then put in its place: a name published again keeps none of the
+    # old files (claims would judge them), and a reader never sees half of either.
+    staging = dest.with_name(f".{dest.name}.{os.getpid()}.publish")
+    if staging.exists():
+        shutil.rmtree(staging)  # left by a publish of this pid that crashed
+    made = first_missing(dest.parent)  # removed again when the publish is refused
+    try:
+        for f in files:
+            atomic_write_bytes(staging / f, read_bytes(src / f, "a file to publish", MAX_FILE_BYTES))
+        missing = missing_files(staging, files)
+        if missing:  # e.g. removed by another process meanwhile: the reference would promise it
+            raise UsageError(f"{src / missing[0]} is missing after the copy; publish again")
+        _check_same_claims(src, staging)
+        ref = Reference(dest.name, title, command, commit, machine(), wall_s, time.strftime("%Y-%m-%d"), notes, files)
+        atomic_write_json(staging / REFERENCE_FILE, asdict(ref))
+        replace_folder(staging, dest)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+            if made is not None:
+                remove_empty_folders(dest.parent, made)
     return ref
+
+
+_COMMIT = re.compile(r"[0-9a-f]{7,40}")
+
+
+def _check_record(title: str, command: str, commit: str) -> None:
+    """What reference.json says of the run: a title, the command and a commit (hex, 7 to 40 digits)."""
+    for value, name in ((title, "title"), (command, "command")):
+        if not str(value).strip():
+            raise UsageError(f"'{name}' is empty: a reference says what it is and how it was made", fields=(name,))
+    if not _COMMIT.fullmatch(str(commit)):
+        raise UsageError(f"'commit' {str(commit)[:60]!r} is no commit (7 to 40 hexadecimal digits, as git shows one)", fields=("commit",))
+
+
+def _check_dest(dest: Path) -> None:
+    """``dest`` may be new, or a reference folder that a publish replaces as a whole; a link
+    (publish would write wherever it points) or another folder is refused."""
+    if dest.is_symlink():
+        raise UsageError(f"{dest} is a symbolic link: publish writes inside the results folder only; remove the link")
+    if dest.exists() and not dest.is_dir():
+        raise UsageError(f"{dest} exists and is not a folder; choose another --name")
+    if dest.is_dir() and any(dest.iterdir()) and not (dest / REFERENCE_FILE).is_file():
+        raise UsageError(f"{dest} is not a reference folder (no {REFERENCE_FILE}): publish replaces only a reference; choose another --name")
+
+
+# The last file each kind of folder writes: without it, the folder's work is unfinished.
+_FINISHED = {"training run": "summary.json", "figure4 sweep": "claims.json", "depth sweep": "claims.json",
+             "llm-bench run": "results.json", "reproduce run": "summary.json"}
+# What `claims` reads of a kind beyond its top-level files (the sweep's runs judge Section 7).
+_NEEDS = {"figure4 sweep": ("runs/*/config.json", "runs/*/summary.json", "runs/*/metrics.csv")}
+
+
+def _check_finished(src: Path, kinds: set[str]) -> None:
+    for kind in sorted(kinds):
+        last = _FINISHED.get(kind)
+        if last is not None and not (src / last).is_file():
+            raise UsageError(f"{src} is an unfinished {kind} (no {last}): finish it, then publish")
+    if "figure4 sweep" in kinds:
+        from stackedheads.sweep import finished_jobs
+
+        unfinished = finished_jobs(src)[2]
+        if unfinished:
+            raise UsageError(f"{src} is an unfinished figure4 sweep ({len(unfinished)} runs unfinished, e.g. {unfinished[0]}): finish it, then publish")
+    for marker in sorted(src.rglob(DONE)):  # a stage's marker that no longer vouches for its files
+        stage = RunFolder(marker.parent)
+        if stage.done(f"{marker}") is None:
+            raise UsageError(f"{stage.missing} is missing or damaged, so {marker.parent} is unfinished: run it again, then publish")
+
+
+def _needed(kinds: set[str]) -> list[str]:
+    return [pattern for kind in sorted(kinds) for pattern in _NEEDS.get(kind, ())]
+
+
+def _matches(src: Path, pattern: str) -> list[str]:
+    return [_inside(src, p) for p in sorted(src.glob(pattern)) if p.suffix in KEPT_SUFFIXES and (p.is_symlink() or p.is_file())]
+
+
+def _check_same_claims(src: Path, copy: Path) -> None:
+    """Every claim the copy judges is judged as ``src`` judges it, and a copy of a folder with
+    verdicts has some: a reference whose claims change, or go NOT RUN, would misreport the run."""
+    from stackedheads import claims as claims_mod
+
+    try:
+        own = {c.id: c for c in claims_mod.folder_claims(src)}
+    except UsageError:
+        return  # a folder `claims` does not judge (a training run, one model's benchmark)
+    try:
+        kept = [c for c in claims_mod.folder_claims(copy) if c.verdict != claims_mod.NOT_RUN]
+    except UsageError as e:
+        raise UsageError(f"the published copy of {src} cannot be judged ({e}); add what it needs with --include") from None
+    changed = next((c for c in kept if c.id not in own or (own[c.id].verdict, own[c.id].measured) != (c.verdict, c.measured)), None)
+    if changed is not None:
+        raise UsageError(f"claim {changed.id} would read {changed.verdict} in the reference but "
+                         f"{own[changed.id].verdict if changed.id in own else 'absent'} in {src}: add the files it is judged from with --include")
+    if not kept and any(c.verdict != claims_mod.NOT_RUN for c in own.values()):
+        raise UsageError(f"the published copy of {src} would judge none of its claims: add the files they are judged from with --include")
 
 
 def missing_files(folder: Path, files: list[str]) -> list[str]:
@@ -170,7 +290,7 @@ def load(folder: Path) -> dict:
     try:
         found = claims_mod.folder_claims(folder)
     except UsageError:  # files the claims cannot judge: their verdicts as published
-        found = [claims_mod.Claim(**c) for c in json.loads((folder / "claims.json").read_text())] if (folder / "claims.json").exists() else []
+        found = [claims_mod.Claim(**c) for c in read_state_json(folder / "claims.json", "published claims", list)] if (folder / "claims.json").exists() else []
     try:  # Sections 8-9 seed by seed: the claims combine the seeds (any FAIL fails)
         tables.extend(seeds.seed_tables(seeds.folder_seeds(folder, folder.name)))
     except UsageError as e:  # a table the files cannot give: said in its place, the claims kept

@@ -33,7 +33,7 @@ from stackedheads.errors import UsageError
 from stackedheads import layout
 from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN, STAGE_NAMES
 from stackedheads.ordering import end_of_plateau
-from stackedheads.storage import DONE, RunFolder, atomic_write_json, atomic_write_text
+from stackedheads.storage import RunFolder, atomic_write_bytes, atomic_write_json, atomic_write_text, intact, read_bytes
 
 PACKAGES = (
     "stackedheads", "torch", "numpy", "matplotlib", "safetensors", "typer", "rich", "jinja2",
@@ -71,19 +71,29 @@ def package_versions() -> dict[str, str]:
 class _Figures:
     """Copies figures into ``report/img`` under names unique to their source path."""
 
-    def __init__(self, run: Path, report: Path) -> None:
+    def __init__(self, run: Path, report: Path, used: set[str] | None = None) -> None:
         self.run, self.img = run, report / "img"
         self.img.mkdir(parents=True, exist_ok=True)
+        # Stems taken so far, shared by every _Figures of one report: joined path parts alone
+        # collide (references m/maps/x.png and m__maps/x.png are both m__maps__x).
+        self.used = set() if used is None else used
 
     def add(self, png: Path, caption: str) -> Figure | None:
-        if not png.exists():
+        if not intact(png):  # a 0-byte or cut-off figure (a full disk) is not shown as one
             return None
-        stem = "__".join(png.relative_to(self.run).with_suffix("").parts)
-        shutil.copyfile(png, self.img / f"{stem}.png")
+        stem = base = "__".join(png.relative_to(self.run).with_suffix("").parts)
+        n = 1
+        while stem in self.used:
+            n += 1
+            stem = f"{base}__{n}"
+        self.used.add(stem)
+        # Written atomically: a full disk leaves no 0-byte image behind.
+        atomic_write_bytes(self.img / f"{stem}.png", read_bytes(png, "a figure"))
         svg = png.with_suffix(".svg")
-        if svg.exists():
-            shutil.copyfile(svg, self.img / f"{stem}.svg")
-        return Figure(f"img/{stem}.png", f"img/{stem}.svg" if svg.exists() else None, caption)
+        has_svg = intact(svg)
+        if has_svg:
+            atomic_write_bytes(self.img / f"{stem}.svg", read_bytes(svg, "a figure"))
+        return Figure(f"img/{stem}.png", f"img/{stem}.svg" if has_svg else None, caption)
 
     def glob(self, folder: Path, pattern: str, caption) -> list[Figure]:
         found = [self.add(p, caption(p)) for p in sorted(folder.glob(pattern))]
@@ -161,17 +171,17 @@ def _llm_section(folder: Path) -> dict | None:
 
 
 def _stages(run: Path) -> tuple[list[dict], str]:
+    from stackedheads.reproduce import stage_done
+
     rows, total = [], 0.0
     for name in STAGE_NAMES:
         stage = RunFolder(run / name)
-        done = stage.done(f"the {name} stage's summary")
+        done = stage_done(stage, name, note=False)  # the one reader of done.json (claims and reproduce use it)
         if done is None:
             state = "not run" if not stage.path.exists() else "in progress" if stage.missing is None else (
                 f"to run again ({stage.missing.relative_to(run)} is missing or damaged)")
             rows.append({"name": name, "wall": "-", "state": state})
             continue
-        if not isinstance(done.get("wall_s"), (int, float)):  # written last: damage
-            raise UsageError(f"{stage.path / DONE} is damaged (no wall_s): delete it to run the {name} stage again (it resumes)")
         total += done["wall_s"]
         rows.append({"name": name, "wall": _duration(done["wall_s"]), "state": "done"})
     return rows, _duration(total)
@@ -197,9 +207,13 @@ def _configs(run: Path) -> list[dict]:
 def check_folder(run: Path) -> dict:
     """The config.json of a folder ``reproduce`` wrote; any other folder is refused (before the
     caller locks it: a refusal leaves nothing behind)."""
-    config = _json(Path(run) / "config.json") if Path(run).is_dir() else None
-    if not isinstance(config, dict) or not isinstance(config.get("preset"), dict):
+    path = Path(run) / "config.json"
+    config = _json(path) if Path(run).is_dir() else None
+    if config is None:
         raise UsageError(f"{run} is not a reproduce folder (no config.json from `stackedheads reproduce`)")
+    if not isinstance(config, dict) or not isinstance(config.get("preset"), dict):
+        # There is a config.json: saying there is none sent users looking for a missing file.
+        raise UsageError(f"{path} is not a reproduce config (no 'preset' object): not a folder `stackedheads reproduce` wrote, or damaged")
     return config
 
 
@@ -235,7 +249,7 @@ def write_report(run_dir: str | Path, reference_root: Path | None = None) -> Pat
     timelines = _timeline_tables(layout.timeline(emer))
     stages, total = _stages(run)
     refs = references.load_all(reference_root)
-    ref_figs = _Figures(reference_root, report) if refs else None
+    ref_figs = _Figures(reference_root, report, figs.used) if refs else None
     for ref in refs:
         # Every figure a reference kept, nested ones too (a published stage folder keeps its
         # circuit, timeline and maps under emergence/ or circuits/), captioned by their path.

@@ -20,7 +20,9 @@
 
 from __future__ import annotations
 
+import csv
 import fcntl
+import io
 import json
 import os
 import re
@@ -35,6 +37,14 @@ LOCK_NAME = ".lock"
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     path = Path(path)
+    if path.is_symlink():  # a rename would replace the link itself, leaving its target as it was
+        raise UsageError(f"{path} is a symbolic link: writing would replace the link, not its target; give the target's path")
+    if path.exists() and not path.is_file() and not path.is_dir():
+        # A device or FIFO (/dev/null, a pipe): renaming a temp file over it would turn it into a
+        # regular file, so the bytes go through it as a shell redirect sends them.
+        with open(path, "wb") as f:
+            f.write(data)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -62,6 +72,44 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (38, 22, 95):  # ENOSYS, EINVAL, EOPNOTSUPP: the kernel or file system cannot
+        return False
+    raise OSError(err, os.strerror(err), str(a), None, str(b))
+
+
+def replace_folder(staging: str | Path, dest: str | Path) -> None:
+    """Put the complete folder ``staging`` (a sibling of ``dest``) in ``dest``'s place, whatever
+    ``dest`` held going with it: a reader sees the old folder or the new one, never a mix (with
+    RENAME_EXCHANGE; elsewhere two renames, between which a crash leaves the old folder beside
+    ``dest`` under a hidden name, not lost)."""
+    import shutil
+
+    staging, dest = Path(staging), Path(dest)
+    if not dest.exists():
+        os.rename(staging, dest)
+    elif _exchange(staging, dest):
+        shutil.rmtree(staging)  # now the old folder
+    else:
+        old = dest.with_name(f".{dest.name}.{os.getpid()}.old")
+        os.rename(dest, old)
+        os.rename(staging, dest)
+        shutil.rmtree(old)
+    _fsync_dir(dest.parent)
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     # Last line of defence: a registered secret never reaches a state file.
     atomic_write_bytes(path, redact_secrets(text).encode("utf-8"))
@@ -71,11 +119,33 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, allow_nan=False) + "\n")
 
 
+MAX_STATE_BYTES = 64 * 2**20  # a JSON state file (config, summary, circuit, ...) is far smaller
+MAX_READ_BYTES = 1024 * 2**20  # any file read whole (metrics.csv, samples.jsonl, a figure)
+
+
+def read_bytes(path: str | Path, what: str, limit: int = MAX_READ_BYTES) -> bytes:
+    """The bytes of ``path``, at most ``limit`` of them: a larger file (or /dev/zero, which never
+    ends) is one line instead of a read that fills memory or never returns."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{path} is a folder, not a file ({what})")
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise UsageError(f"{path} is over {limit // 2**20} MiB ({what}): not a file this command writes")
+    return data
+
+
+def read_text(path: str | Path, what: str, limit: int = MAX_READ_BYTES) -> str:
+    """:func:`read_bytes` decoded as UTF-8 (a decoding error is the caller's to report)."""
+    return read_bytes(path, what, limit).decode("utf-8")
+
+
 def read_state_json(path: str | Path, what: str, expect: type = dict) -> Any:
     """A JSON state file, or one line saying it is damaged and what to do."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_text(path, what, MAX_STATE_BYTES))
     except FileNotFoundError:
         raise UsageError(f"{path} is missing ({what})") from None
     except (UnicodeDecodeError, json.JSONDecodeError):
@@ -128,8 +198,13 @@ class FolderLock:
         self.elsewhere = elsewhere  # the way out besides waiting, naming 'out'; None where the command has no other folder
         self._fd: int | None = None
         self._key: Path | None = None
+        self._new_folder: Path | None = None
+        self._new_lock = False
 
     def __enter__(self) -> FolderLock:
+        # What this lock brings into being, so that work refused before it wrote anything
+        # leaves no folder and no .lock behind (__exit__).
+        self._new_folder = self._outermost_missing(self.folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         key = self.folder.resolve()
         if key in _HELD:  # held re-entrantly by this process: flock would refuse a second open
@@ -137,6 +212,7 @@ class FolderLock:
             self._key = key
             return self
         path = self.folder / LOCK_NAME
+        self._new_lock = not path.exists()
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -163,9 +239,66 @@ class FolderLock:
                 return
             del _HELD[self._key]
         if self._fd is not None:
+            failed = exc and exc[0] is not None
+            if failed and self._new_lock and not any(p.name != LOCK_NAME for p in self.folder.iterdir()):
+                (self.folder / LOCK_NAME).unlink(missing_ok=True)  # still held: no one else can be at work here
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+            if failed and self._new_folder is not None:
+                remove_empty_folders(self.folder, self._new_folder)
+
+    @staticmethod
+    def _outermost_missing(folder: Path) -> Path | None:
+        return first_missing(folder)
+
+
+def first_missing(folder: str | Path) -> Path | None:
+    """The first folder on the way to ``folder`` that does not exist yet (None: all do)."""
+    missing = None
+    for p in (Path(folder), *Path(folder).parents):
+        if p.exists():
+            break
+        missing = p
+    return missing
+
+
+def remove_empty_folders(folder: Path, upto: Path) -> None:
+    """Remove ``folder`` and its parents up to ``upto`` while they are empty (rmdir refuses a
+    folder that something else wrote into meanwhile)."""
+    for p in (folder, *folder.parents):
+        try:
+            p.rmdir()
+        except OSError:
+            return
+        if p == upto:
+            return
+
+
+def check_apart(out: str | Path, inputs: list, option: str = "out") -> None:
+    """Refuse an output folder that is one of the ``inputs`` or lies inside one: its files would
+    mix with (or overwrite) those it is made from."""
+    where = Path(out).resolve()
+    for given in inputs:
+        source = Path(given).resolve()
+        if where == source or source in where.parents:
+            raise UsageError(f"'{option}' {out} lies inside the input {given}; choose a folder outside it", fields=(option,))
+
+
+def lock_holder(folder: str | Path) -> str | None:
+    """Who holds ``folder``'s lock now (None when no one does), without creating a lock file."""
+    path = Path(folder) / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+    finally:
+        os.close(fd)
+    return None
 
 
 # --- what a folder holds, and what it has finished -------------------------------------------------
@@ -199,15 +332,16 @@ def folder_kinds(folder: str | Path) -> set[str]:
     return found
 
 
-def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+def flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested settings dict as ``{"optim.lr": 0.001, ...}`` (how differences are named)."""
     if isinstance(value, dict) and value:
-        return {k: v for key, item in value.items() for k, v in _flat(item, f"{prefix}{key}.").items()}
+        return {k: v for key, item in value.items() for k, v in flat(item, f"{prefix}{key}.").items()}
     return {prefix[:-1]: value}
 
 
 def _differences(old: dict, new: dict, shown: int = 3) -> str:
     """``key: old there, new asked`` for the first few settings that differ (nested keys dotted)."""
-    a, b = _flat(old), _flat(new)
+    a, b = flat(old), flat(new)
     keys = [k for k in dict.fromkeys([*a, *b]) if a.get(k, "(none)") != b.get(k, "(none)")]
     text = "; ".join(f"{k}: {str(a.get(k, '(none)'))[:40]} there, {str(b.get(k, '(none)'))[:40]} asked" for k in keys[:shown])
     return text + (f"; {len(keys) - shown} more" if len(keys) > shown else "")
@@ -224,23 +358,41 @@ def _unset_fields_added(old, new):
     return filled | {k: None for k, v in new.items() if v is None and k not in old}
 
 
-def _parses(path: Path) -> bool:
-    """``path`` exists and, for JSON and JSON lines, parses."""
+_PNG_START, _PNG_END = b"\x89PNG\r\n\x1a\n", b"IEND\xaeB`\x82"
+
+
+def intact(path: str | Path) -> bool:
+    """``path`` is a file that is whole as far as its kind shows: JSON and JSON lines parse, a
+    PNG has its signature and its end chunk, an SVG opens and closes its ``<svg>`` element, a CSV
+    has a header and rows of its width; any other file exists. A 0-byte figure (a full disk) or
+    a garbage table is damaged, so a done marker no longer vouches for it and it is rebuilt."""
+    path = Path(path)
     if not path.is_file():
         return False
-    if path.suffix not in (".json", ".jsonl"):
+    if path.suffix not in (".json", ".jsonl", ".png", ".svg", ".csv"):
         return True
     try:
-        text = path.read_text(encoding="utf-8")
+        data = read_bytes(path, "an output file")
+        if path.suffix == ".png":
+            return data.startswith(_PNG_START) and data.endswith(_PNG_END)
+        text = data.decode("utf-8")
         if path.suffix == ".json":
             json.loads(text)
-        else:
+        elif path.suffix == ".jsonl":
             for line in text.splitlines():
                 if line.strip():
                     json.loads(line)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        elif path.suffix == ".svg":
+            return "<svg" in text and text.rstrip().endswith("</svg>")
+        else:
+            rows = list(csv.reader(io.StringIO(text)))
+            return bool(rows) and bool(rows[0]) and all(len(r) == len(rows[0]) for r in rows if r)
+    except (OSError, UsageError, UnicodeDecodeError, ValueError, csv.Error):
         return False
     return True
+
+
+_parses = intact  # the name done() has always used
 
 
 class RunFolder:

@@ -172,8 +172,12 @@ class Circuit:
             raise UsageError(f"no circuit file {p}")
         if p.is_dir():
             raise UsageError(f"{p} is a folder, not a circuit file")
-        try:
-            return cls.from_dict(json.loads(p.read_text()))
+        from stackedheads.storage import MAX_STATE_BYTES, read_text
+
+        try:  # bounded: --circuit /dev/zero would be read forever
+            return cls.from_dict(json.loads(read_text(p, "a circuit file", MAX_STATE_BYTES)))
+        except UsageError:
+            raise
         except (KeyError, ValueError, TypeError) as e:
             raise UsageError(f"{p} is not a circuit file: {e}") from None
 

@@ -38,6 +38,11 @@ def checkpoint_for(run_dir: str | Path, step: int | None = None) -> Path:
     run_dir = Path(run_dir)
     if not (run_dir / "config.json").exists():
         raise UsageError(f"{run_dir} is not a run folder (no config.json)")
+    from stackedheads.storage import folder_kinds
+
+    kinds = folder_kinds(run_dir)
+    if "training run" not in kinds:  # a reproduce or benchmark folder has a config.json too
+        raise UsageError(f"{run_dir} is not a run folder (it holds {', '.join(sorted(kinds)) or 'no training config'}); give a training run's folder")
     ckpts = dict(list_checkpoints(run_dir))
     if not ckpts:
         raise UsageError(f"{run_dir} has no checkpoint yet")
@@ -203,6 +208,19 @@ def _check_belongs(path: Path, meta: dict[str, str]) -> None:
         )
 
 
+def _refuse_foreign(path: Path) -> None:
+    """:class:`ForeignCheckpoint` for a checkpoint of another run, from its header alone."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), "pt") as f:
+            meta = f.metadata() or {}
+    except Exception:  # damaged: not resumed from either way
+        return
+    if "step" in meta and "config" in meta:
+        _check_belongs(Path(path), meta)
+
+
 def load_model(path: Path, device: str = "cpu") -> tuple[EnsembleTransformer, TrainConfig, int]:
     """The ensemble stored in a checkpoint, its config and its step."""
     tensors, meta = read_checkpoint(Path(path), device)
@@ -227,9 +245,18 @@ def _restore(tensors: dict[str, torch.Tensor], model: EnsembleTransformer, opt: 
             opt.state[p] = state
 
 
-def resume_point(run_dir: Path, device: str, model: EnsembleTransformer, opt: torch.optim.Optimizer) -> int:
-    """Restore the newest checkpoint that verifies; damaged newer ones are set aside, not lost."""
+def resume_point(run_dir: Path, device: str, model: EnsembleTransformer, opt: torch.optim.Optimizer,
+                 at_most: int | None = None) -> int:
+    """Restore the newest checkpoint that verifies; damaged newer ones are set aside, not lost.
+    ``at_most``: no later than this step (where metrics.csv lacks rows after it, they are
+    trained again from the checkpoint before; 0 when none is that early)."""
     ckpts = list_checkpoints(run_dir)
+    if at_most is not None and ckpts and ckpts[-1][0] > at_most:
+        for _, path in (c for c in ckpts if c[0] > at_most):
+            _refuse_foreign(path)  # skipped, but one copied in from another run is still said
+        ckpts = [c for c in ckpts if c[0] <= at_most]
+        if not ckpts:
+            return 0
     for step, path in reversed(ckpts):
         try:
             tensors, _ = read_checkpoint(path, device)
