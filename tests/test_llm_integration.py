@@ -109,6 +109,8 @@ def llama_server(tmp_path_factory):
     with open(log, "wb") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"
+    # Polled: the server offers nothing to wait on before /models answers; the deadline only
+    # bounds a server that never starts.
     deadline = time.time() + 120
     try:
         while True:

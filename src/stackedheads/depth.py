@@ -388,6 +388,9 @@ def run_depth(
     if executor is None or isinstance(executor, LocalExecutor):  # Ray jobs may run where CUDA is
         for device in {j.config.device for j in spec.jobs()}:
             check_device(device)  # before depth.json records the grid
+        from stackedheads.training.config import check_jobs_fit
+
+        check_jobs_fit(j.config for j in spec.jobs())  # before the grid is recorded
     folder = RunFolder(out, KIND)
     with folder.lock("a depth sweep"):
         folder.settle(SPEC_FILE, spec.to_dict(), "the depth sweep's grid", "another grid or preset")

@@ -152,7 +152,7 @@ def timeline(run_dir: str | Path, circuits: dict[int, Circuit], n_seqs: int = 32
         raise UsageError(f"{run_dir} has {len(ckpts)} checkpoint(s); emergence needs a run saved with several")
     if n_seqs < 1:  # a negative slice would silently keep most of the batch
         raise UsageError(f"n_seqs must be >= 1, got {n_seqs}")
-    cfg = TrainConfig.from_dict(_run_config(Path(run_dir)))
+    cfg = TrainConfig.from_dict(_run_config(Path(run_dir)), Path(run_dir) / "config.json")
     batch = validation_batch(cfg)[:n_seqs]
     seeds = [s for s in cfg.seeds if s in circuits]
     attn: dict[int, list[list[float]]] = {s: [] for s in seeds}
@@ -254,6 +254,25 @@ def plot_timeline(t: Timeline, cfg: TrainConfig, metrics: list[dict], out: Path)
     return files
 
 
+def check_circuit_run(circuit: Circuit, path: Path, run_dir: Path, seed: int) -> None:
+    """Refuse a circuit that its ``info`` says was discovered on another run or member (one of
+    the same shape passed :func:`check_shape` and timed this run's heads with another model's
+    circuit). The run is compared as a folder where the recorded one still exists, else by
+    name: a reproduce folder moved or published keeps its runs' names, not their paths."""
+    info = circuit.info
+    if info.seed is not None and info.seed != seed:
+        raise UsageError(f"{path} is the circuit of seed {info.seed}, not of seed {seed} of {run_dir}")
+    if not info.run:
+        return  # a hand-written circuit names no run
+    recorded = Path(info.run)
+    try:
+        same = recorded.samefile(run_dir) if recorded.exists() else recorded.name == Path(run_dir).resolve().name
+    except OSError:
+        same = False
+    if not same:
+        raise UsageError(f"{path} was discovered on {info.run}, not on {run_dir}: give --circuits the circuits of this run")
+
+
 def _run_config(run_dir: Path) -> dict:
     """The training configuration ``run_dir`` recorded (a damaged one is one line)."""
     raw = RunFolder(run_dir, "training run").recorded("config.json", "the run's training configuration")
@@ -273,7 +292,7 @@ def emergence_run(run_dir: str | Path, out: str | Path, circuits_dir: str | Path
         raise UsageError(f"'n_seqs' must be between 1 and 100000, got {n_seqs}", fields=("n_seqs",))
     raw = _run_config(run_dir)
     check_seeds(raw.get("seeds"), run_dir / "config.json")  # seeds name the folders written below
-    cfg = TrainConfig.from_dict(raw)
+    cfg = TrainConfig.from_dict(raw, run_dir / "config.json")
     with RunFolder(out).lock("emergence"):  # a second process on the folder gets one line
         return _emergence_locked(run_dir, out, circuits_dir, n_seqs, cfg)
 
@@ -294,6 +313,7 @@ def _emergence_locked(run_dir: Path, out: Path, circuits_dir, n_seqs: int, cfg: 
                 check_shape(circuits[seed], model, cfg.task)
             except UsageError as e:
                 raise UsageError(f"{p} does not describe {run_dir}: {e}") from None
+            check_circuit_run(circuits[seed], p, run_dir, seed)
     if not circuits:
         raise UsageError(f"no circuit.json for any seed of {run_dir} under {circuits_dir}")
     timelines = timeline(run_dir, circuits, n_seqs)

@@ -81,8 +81,12 @@ def public_url(url: str | None) -> str | None:
         register_secret(value)  # as typed, and as the server receives it
         register_secret(unquote(value))
     parts = parts._replace(query=_URL_QUERY.sub(lambda m: m.group(1) + REDACTED, query)[1:])
+    if parts.fragment:  # never sent to a server, so nothing a run needs; "#access_token=..." is a credential
+        register_secret(parts.fragment)
+        register_secret(unquote(parts.fragment))
+        parts = parts._replace(fragment=REDACTED)
     if parts.username is None and parts.password is None:
-        return urlunsplit(parts) if query[1:] != parts.query else url
+        return urlunsplit(parts) if query[1:] != parts.query or parts.fragment else url
     if parts.password:
         register_secret(parts.password)
     elif parts.username and len(parts.username) >= 8:  # https://TOKEN@host: the name is the token

@@ -307,6 +307,10 @@ def check_reachable(address: str, timeout: float = RAY_CONNECT_TIMEOUT_S) -> Non
     except ValueError:
         raise UsageError(f"'address' {address!r} is not host:port", fields=("address",)) from None
     if not host or port is None:
+        # Ray itself takes host:port, or ray://host with its client's port; anything else ended
+        # in Ray's ValueError traceback ('not an address').
+        if "://" not in address or not host or any(c.isspace() for c in address):
+            raise UsageError(f"'address' {address!r} is not host:port (or auto, or ray://host[:port])", fields=("address",))
         return
     try:
         socket.create_connection((host, port), timeout=timeout).close()
@@ -318,6 +322,8 @@ def make_executor(
     name: str, address: str | None = None, progress_factory=None, workers: int | None = None,
     threads: int | None = None, **ray_options,
 ) -> Executor:
+    if name not in EXECUTORS:  # before any option that only one of them takes is judged
+        raise UsageError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTORS)}", fields=("executor",))
     if name == "local":
         if address is not None:
             raise UsageError("'address' needs the ray executor", fields=("address",))

@@ -138,15 +138,17 @@ def default_threads(device: str, cores: int | None = None) -> int:
 MAX_THREADS_PER_CORE = 4
 
 
-def check_threads(threads: int | None) -> None:
-    """Refuse a ``--threads`` below 1 or above :data:`MAX_THREADS_PER_CORE` per core here."""
+def check_threads(threads: int | None, name: str = "threads") -> None:
+    """Refuse a thread count below 1 or above :data:`MAX_THREADS_PER_CORE` per core here: the
+    one rule for every verb that takes threads (training and the in-process language models;
+    llama.cpp crashed at 100,000 and hung at 5,000). ``name``: the field that set it."""
     if threads is None:
         return
     most = MAX_THREADS_PER_CORE * available_cores()
-    if not 1 <= threads <= most:
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= most:
         raise UsageError(
-            f"'threads' must be between 1 and {most} ({MAX_THREADS_PER_CORE} per core of this machine), got {threads}",
-            fields=("threads",),
+            f"'{name}' must be a whole number between 1 and {most} ({MAX_THREADS_PER_CORE} per core of this machine), got {threads!r}",
+            fields=(name,),
         )
 
 

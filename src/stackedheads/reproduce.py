@@ -56,10 +56,14 @@ class LLMChoice:
     threads: int | None = None
 
     def __post_init__(self) -> None:  # before reproduce() writes anything
+        from stackedheads.llm.backends._base import check_env_name
+
+        check_env_name(self.api_key_env)  # a key typed here reached config.json, summary.json and the report
         if self.concurrency < 1:
             raise UsageError(f"'concurrency' must be >= 1, got {self.concurrency}", fields=("concurrency",))
-        if self.threads is not None and self.threads < 1:
-            raise UsageError(f"'threads' must be >= 1, got {self.threads}", fields=("threads",))
+        from stackedheads.perf import check_threads
+
+        check_threads(self.threads)  # one rule for every verb that takes threads
 
     def check(self) -> None:
         """Refuse now what would stop the llm stage at once: config.json records the choice
@@ -281,13 +285,19 @@ def stage_emergence(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
     }
 
 
-def stage_done(stage: RunFolder, name: str) -> dict | None:
+def stage_done(stage: RunFolder, name: str, note: bool = True) -> dict | None:
     """A stage's summary if it finished and every file it wrote is still there and parses;
-    None when it must run (again: it resumes and rebuilds what is missing)."""
+    None when it must run (again: it resumes and rebuilds what is missing). The one reader of a
+    stage's done.json, for ``reproduce``, ``report`` and ``claims`` (``note``: say on stderr
+    that a stage will run again)."""
+    import math
+
     saved = stage.done(f"the {name} stage's summary")
-    if saved is not None and not isinstance(saved.get("wall_s"), (int, float)):  # written last: its absence means damage
-        raise UsageError(f"{stage.path / DONE} is damaged (no wall_s): delete it to run the {name} stage again (it resumes)")
-    if stage.missing is not None:
+    wall = saved.get("wall_s") if saved is not None else 0.0
+    # Written last: its absence means damage; a NaN or a negative time crashed the report.
+    if isinstance(wall, bool) or not isinstance(wall, (int, float)) or not math.isfinite(wall) or wall < 0:
+        raise UsageError(f"{stage.path / DONE} is damaged (no wall_s of seconds): delete it to run the {name} stage again (it resumes)")
+    if stage.missing is not None and note:
         print(f"stackedheads: note: {stage.missing} is missing or damaged: running the {name} stage again to rebuild it",
               file=sys.stderr)
     return saved

@@ -92,9 +92,17 @@ class Figure4Spec:
     def from_dict(cls, d: dict) -> Figure4Spec:
         try:
             return cls(d["preset"], TrainConfig.from_dict(d["base"]), int(d["ic_depth"]), int(d["non_ic_depth"]),
-                       tuple(_int(x) for x in d["layers"]), tuple(_int(x) for x in d["seeds"]))
+                       tuple(_int(x) for x in d["layers"]), _seeds(d["seeds"]))
         except (KeyError, TypeError, ValueError) as e:
             raise UsageError(f"not a Figure 4 sweep specification: {e}") from None
+
+
+def _seeds(seeds: object) -> tuple[int, ...]:
+    """The seed rule of every command and file: a seed of -1 here was read as a damaged run
+    (claims "rebuilt" its summary and then said to retrain)."""
+    from stackedheads.storage import check_seeds
+
+    return check_seeds(seeds, "seeds")
 
 
 def _int(x: object) -> int:
@@ -117,12 +125,13 @@ def crossing_steps(rows: list[dict], seed: int, columns: list[str], threshold: f
     return out
 
 
-def job_rows(jobs: Sequence[Job], out: Path) -> list[dict]:
-    """One row per run (job x seed) from the finished run folders."""
+def job_rows(jobs: Sequence[Job], out: Path, rebuild: bool = True) -> list[dict]:
+    """One row per run (job x seed) from the finished run folders (``rebuild`` False: a
+    read-only verb, which never rewrites a damaged summary.json)."""
     rows = []
     for job in jobs:
         folder = run_dir(Path(out), job)
-        summary = read_summary(folder, job.config)  # rebuilt from metrics.csv if damaged
+        summary = read_summary(folder, job.config, rebuild)  # rebuilt from metrics.csv if damaged
         metrics = read_metrics(folder)
         cfg = job.config
         for seed in cfg.seeds:
@@ -209,6 +218,9 @@ def run_figure4(spec: Figure4Spec, out: str | Path, executor: Executor | None = 
     if executor is None or isinstance(executor, LocalExecutor):  # Ray jobs may run where CUDA is
         for device in {j.config.device for j in spec.jobs()}:
             check_device(device)  # before sweep.json records the spec
+        from stackedheads.training.config import check_jobs_fit
+
+        check_jobs_fit(j.config for j in spec.jobs())  # before the grid is recorded
     folder = RunFolder(out, KIND)
     with folder.lock("figure4 sweep"):  # another kind of folder, or a second process: one line
         folder.settle(SPEC_FILE, spec.to_dict(), "the sweep's specification", "another specification")

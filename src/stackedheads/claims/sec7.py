@@ -205,7 +205,7 @@ def folder_result(folder: Path) -> dict:
     """The Section 7 claims (as :func:`rows_claims` writes them) re-evaluated from a sweep
     folder's files, without training. Unfinished runs are left out and listed."""
     spec, done, unfinished = sweep.finished_jobs(folder)
-    result = rows_claims(sweep.job_rows(done, folder))
+    result = rows_claims(sweep.job_rows(done, folder, rebuild=False))  # claims and report never write
     result["unfinished_runs"] = unfinished
     return result
 

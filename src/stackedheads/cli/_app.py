@@ -60,9 +60,61 @@ class _LogProgress:
         return lambda step, total: self.update(name, step, total)
 
 
+PROJECT_AFTER_S = 5.0  # the pace a projection is made from
+PROJECT_ABOVE_S = 3600.0  # a task projected to take longer is announced
+
+
+class _Projection:
+    """One line on stderr early in a long task: the time it will take at its pace so far
+    (``--steps 100000000``, 220 h, started without a word). Said, not refused: a long run may
+    be meant."""
+
+    def __init__(self, name: str, clock=None, say=None) -> None:
+        import time
+
+        self.name, self.clock = name, clock or time.monotonic
+        self.say = say or (lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True))
+        self.start: tuple[float, int] | None = None
+        self.done = False
+
+    def __call__(self, step: int, total: int) -> None:
+        if self.done or not total:
+            return
+        now = self.clock()
+        if self.start is None:
+            self.start = (now, step)
+            return
+        t0, s0 = self.start
+        if step <= s0 or now - t0 < PROJECT_AFTER_S:
+            return
+        self.done = True
+        each = (now - t0) / (step - s0)
+        left = max(total - step, 0) * each
+        if left >= PROJECT_ABOVE_S:
+            days = f" ({left / 86400:.1f} days)" if left >= 2 * 86400 else ""
+            self.say(f"{self.name}: {total:,} steps at {each:.3g} s each: about {left // 3600:,.0f}h{left % 3600 // 60:02.0f}m"
+                     f"{days} to go at this pace")
+
+
+def _projected(name: str, update):
+    projection = _Projection(name)
+
+    def both(step: int, total: int) -> None:
+        update(step, total)
+        projection(step, total)
+
+    return both
+
+
 def progress_bar(description: str):
     """A rich progress bar on stderr (progress lines where stderr is no terminal: a log); returns
-    (context manager, callback factory: name -> callback(step, total))."""
+    (context manager, callback factory: name -> callback(step, total)). A task that will take
+    over an hour at its first seconds' pace says so (:class:`_Projection`)."""
+    bar, factory = _progress_bar(description)
+    return bar, lambda name: _projected(name, factory(name))
+
+
+def _progress_bar(description: str):
     if not console.is_terminal:
         log = _LogProgress()
         return log, log.factory
@@ -104,6 +156,20 @@ def apply_threads(threads: int | None, device: str) -> None:
 
     check_threads(threads)
     configure_process(threads, device)
+
+
+def out_path(value) -> Path:
+    """Every output path a verb takes (``parser=out_path``): never empty, since ``Path("")`` is the
+    current folder (``--out ""`` wrote a run wherever the user stood), nor the filesystem root."""
+    from pathlib import Path
+
+    text = str(value)
+    if not text.strip():
+        raise typer.BadParameter("the output path is empty: give a folder or file name")
+    path = Path(text)
+    if path.resolve() == Path(path.resolve().anchor):
+        raise typer.BadParameter(f"{text} is the filesystem root: give a folder under it")
+    return path
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from stackedheads.cli._app import (
+    out_path,
     app,
     console,
     progress_bar,
@@ -38,7 +39,7 @@ def _results_table(results: dict, model: str = "") -> Table:
 def llm_bench_cmd(
     backend: str = typer.Option(..., "--backend", "-b", help=", ".join(f"{name} ({spec.summary})" for name, spec in BACKENDS.items()) + "."),
     model: list[str] = typer.Option(..., "--model", "-m", help="openai: the server's model name; llamacpp: a name of `stackedheads models` (smollm2, gemma3-270m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b) or PATH.gguf; hf: a folder or a cached name. Repeat for several models: one sub-folder each, and one Figure 2 comparing them."),
-    out: Path = typer.Option(..., "--out", "-o", help="Run folder (several models: one sub-folder per model, the comparison at the top); re-running skips questions already answered."),
+    out: Path = typer.Option(..., "--out", "-o", parser=out_path, help="Run folder (several models: one sub-folder per model, the comparison at the top); re-running skips questions already answered."),
     formulation: str = typer.Option("all", "--formulation", "-f", help="all, one formulation, or a comma list."),
     depth: Optional[str] = typer.Option(None, "--depth", "-d", help="D, A-B (e.g. 1-10) or a comma list; default: each formulation's (D=5; functions 2, relatives 4, fixed)."),
     n: int = typer.Option(500, "--n", help="Questions per (formulation, D) cell (paper: 500)."),
@@ -47,15 +48,15 @@ def llm_bench_cmd(
     few_shot: int = typer.Option(0, "--few-shot", "-k", help="Solved examples of the same formulation before each question (at most 100)."),
     max_draws: int = typer.Option(10, "--max-draws", help="Resample until an acceptable answer, at most this many draws."),
     temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature (> 0 to resample)."),
-    max_tokens: int = typer.Option(16, "--max-tokens", help="Tokens per draw."),
+    max_tokens: int = typer.Option(16, "--max-tokens", help="Tokens per draw (at most 1024)."),
     mode: Optional[str] = typer.Option(None, "--mode", help="chat or completion (default: chat; completion for gemma3-270m)."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="openai: server URL, e.g. http://127.0.0.1:8000/v1."),
     # Backend options: None is "not given" (the backend's default); a backend refuses those it does not take.
     api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="openai: environment variable that holds the API key (default: OPENAI_API_KEY). Never written anywhere; a key of at least 8 characters is redacted from all output and files, a shorter one is not (it could be an ordinary word)."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help="openai: questions in flight at once (default: 1)."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="openai: seconds per request (default: 60)."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="openai: seconds per request, first byte to last, retries apart (default: 60)."),
     max_retries: Optional[int] = typer.Option(None, "--max-retries", help="openai: retries on 429, 5xx, timeouts, connection errors (exponential backoff, jitter, Retry-After) (default: 5)."),
-    threads: Optional[int] = typer.Option(None, "--threads", help="llamacpp/hf: CPU threads."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="llamacpp/hf: CPU threads (1 to 4 per core of this machine, as train's)."),
     n_ctx: Optional[int] = typer.Option(None, "--n-ctx", help="llamacpp: context length in tokens (default: 4096)."),
 ) -> None:
     """Benchmark a language model on the five formulations (Section 4, Figure 2)."""
@@ -110,17 +111,18 @@ def llm_bench_cmd(
 @app.command("llm-compare")
 def llm_compare_cmd(
     runs: list[Path] = typer.Argument(..., help="Run folders of llm-bench, one per model (finished or not)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Where the comparison table and figures go."),
+    out: Path = typer.Option(..., "--out", "-o", parser=out_path, help="Where the comparison table and figures go."),
 ) -> None:
     """Compare finished (or running) llm-bench folders: Figure 2 with one bar / line per model,
     accuracy vs D for every formulation with a depth, and the table model x formulation."""
     from stackedheads.llm.compare import KIND, compare
-    from stackedheads.storage import RunFolder
+    from stackedheads.storage import RunFolder, check_apart
 
     for r in runs:
         if not r.is_dir():
             raise UsageError(f"{r} is not a folder")
     RunFolder(out, KIND).check()  # not a run's folder (an input's figure2.png would be overwritten)
+    check_apart(out, runs)  # nor a folder inside one
     done = compare(runs, out)
     sys.stdout.write((out / "comparison.md").read_text())
     console.print(f"comparison: {out / 'comparison.json'}  figures: {', '.join(done['figures'][::2])}")

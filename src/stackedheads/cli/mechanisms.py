@@ -11,6 +11,7 @@ from rich.table import Table
 
 from stackedheads.errors import UsageError
 from stackedheads.cli._app import (
+    out_path,
     app,
     console,
     parse_seeds,
@@ -20,7 +21,7 @@ from stackedheads.cli._app import (
 @app.command("attention")
 def attention_cmd(
     run_dir: Path = typer.Argument(..., help="A run folder (from train or sweep)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Folder for the heatmaps."),
+    out: Path = typer.Option(..., "--out", "-o", parser=out_path, help="Folder for the heatmaps."),
     checkpoint: Optional[int] = typer.Option(None, "--checkpoint", help="Step of the checkpoint (default: the last)."),
     seqs: int = typer.Option(4, "--seqs", help="Validation sequences drawn per layer."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Which ensemble member (default: the first)."),
@@ -31,6 +32,9 @@ def attention_cmd(
 ) -> None:
     """Attention maps per layer and head, single sequences and the mean by role (Appendix C); with
     --over-training, how each head's attention sharpens and settles on positions over the checkpoints."""
+    from stackedheads.storage import RunFolder
+
+    RunFolder(out).check()  # its figures never mix into a run's, a sweep's or a benchmark's folder
     if over_training:
         from stackedheads.circuits import saturation
 
@@ -86,7 +90,7 @@ def circuit_validate_cmd(
 @circuit_app.command("discover")
 def circuit_discover_cmd(
     run_dir: Path = typer.Argument(..., help="A run folder (IC)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Folder for seed*/circuit.json, losses, diagrams."),
+    out: Path = typer.Option(..., "--out", "-o", parser=out_path, help="Folder for seed*/circuit.json, losses, diagrams."),
     checkpoint: Optional[int] = typer.Option(None, "--checkpoint", help="Step of the checkpoint (default: the last)."),
     tolerance: float = typer.Option(0.04, "--tolerance", help="Loss budget over the unablated loss (App. E: 0.05 absolute)."),
     threshold: Optional[float] = typer.Option(None, "--threshold", help="An absolute loss threshold instead."),
@@ -124,7 +128,7 @@ def circuit_discover_cmd(
 @app.command("emergence")
 def emergence_cmd(
     run_dir: Path = typer.Argument(..., help="A run folder saved with several checkpoints."),
-    out: Path = typer.Option(..., "--out", "-o", help="Folder for timelines and plots."),
+    out: Path = typer.Option(..., "--out", "-o", parser=out_path, help="Folder for timelines and plots."),
     circuits: Optional[Path] = typer.Option(None, "--circuits", help="Folder with seed*/circuit.json (default: discover them)."),
     seqs: int = typer.Option(32, "--seqs", help="Validation sequences per checkpoint (Sec. 9.1: 32)."),
 ) -> None:

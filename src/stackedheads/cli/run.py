@@ -16,6 +16,7 @@ from rich.table import Table
 
 from stackedheads import references
 from stackedheads.cli._app import (
+    out_path,
     THREADS_HELP,
     WORKERS_HELP,
     app,
@@ -46,7 +47,7 @@ def _llm_flags() -> Iterator[None]:
 @app.command("reproduce")
 def reproduce_cmd(
     preset: str = typer.Option("quick", "--preset", "-p", help="smoke (about a minute), quick (make demo) or paper (GPU)."),
-    out: Path = typer.Option(Path("runs/reproduce"), "--out", "-o", help="Output folder; re-running resumes it."),
+    out: Path = typer.Option(Path("runs/reproduce"), "--out", "-o", parser=out_path, help="Output folder; re-running resumes it."),
     executor: str = typer.Option("local", "--executor", help="Where training jobs run: local or ray."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address, or 'auto'; default: a local cluster."),
     device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda, for every training stage."),
@@ -57,7 +58,7 @@ def reproduce_cmd(
     llm_base_url: Optional[str] = typer.Option(None, "--llm-base-url", help="llm stage, openai: server URL."),
     llm_api_key_env: Optional[str] = typer.Option(None, "--llm-api-key-env", help="llm stage, openai: variable holding the API key (default: OPENAI_API_KEY; never written; a key of at least 8 characters is redacted from all output, a shorter one is not)."),
     llm_concurrency: Optional[int] = typer.Option(None, "--llm-concurrency", help="llm stage, openai: questions in flight (default: 1)."),
-    llm_threads: Optional[int] = typer.Option(None, "--llm-threads", help="llm stage, llamacpp/hf: CPU threads."),
+    llm_threads: Optional[int] = typer.Option(None, "--llm-threads", help="llm stage, llamacpp/hf: CPU threads (1 to 4 per core of this machine, as --threads)."),
     skip: list[str] = typer.Option([], "--skip", help="A stage to leave out (repeatable): theory, prompts, llm, figure4, circuits, emergence."),
     workers: Optional[int] = typer.Option(None, "--workers", help=WORKERS_HELP),
     threads: Optional[int] = typer.Option(None, "--threads", help=THREADS_HELP),
@@ -196,24 +197,25 @@ def report_cmd(
 @app.command("publish")
 def publish_cmd(
     run_dir: Path = typer.Argument(..., help="A finished run, sweep or depth folder."),
-    name: str = typer.Option(..., "--name", help="The folder to write under results/."),
+    name: str = typer.Option(..., "--name", help="The folder to write under results/; one published before under this name is replaced as a whole."),
     title: str = typer.Option(..., "--title", help="One line for the report."),
     command: str = typer.Option(..., "--command", help="The command that made the run, as typed."),
     wall_s: Optional[float] = typer.Option(None, "--wall-s", help="The run's wall time in seconds."),
     commit: Optional[str] = typer.Option(None, "--commit", help="The commit the run's code came from (default: HEAD)."),
     notes: str = typer.Option("", "--notes", help="What was cut or differs from the paper's settings."),
     include: list[str] = typer.Option([], "--include", help="Extra files to keep, as globs inside RUN_DIR (repeatable; each must match a file; symbolic links are refused)."),
-    results: Optional[Path] = typer.Option(None, "--results", help="The results folder (default: the repository's results/)."),
+    results: Optional[Path] = typer.Option(None, "--results", parser=out_path, help="The results folder (default: the repository's results/)."),
 ) -> None:
     """Keep a run's small files (configs, metrics, summaries, claims, figures; never checkpoints) in results/NAME with how it was made.
 
-    Refuses, before writing anything, a file that git would ignore in results/ (a clone would lack it)."""
+    Refuses, before writing anything, a file that git would ignore in results/ (a clone would lack it), an
+    unfinished or locked run, and a copy whose claims would read otherwise than the run's."""
     import re
 
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise UsageError(f"--name {name!r}: letters, digits, '.', '_' and '-' only")
     root = results or references.REPOSITORY_RESULTS
     ref = references.publish(run_dir, root / name, title=title, command=command,
-                             commit=commit or git_commit(),
+                             commit=git_commit() if commit is None else commit,  # an empty --commit is refused, not HEAD
                              wall_s=wall_s, notes=notes, include=tuple(include))
     console.print(f"{root / name}: {len(ref.files)} files kept")

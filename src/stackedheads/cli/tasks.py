@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from stackedheads.cli._app import (
+    out_path,
     app,
     console,
 )
@@ -30,9 +31,9 @@ def prompts_cmd(
     chains: int = typer.Option(4, "--chains", "-c", help="Interleaved chains N."),
     n: int = typer.Option(1, "--n", help="Number of questions (at most 100000 per call; use several --seed for more)."),
     seed: int = typer.Option(0, "--seed", help="Seed; question i is a pure function of (arguments, seed, i)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write JSON lines here instead of stdout."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", parser=out_path, help="Write JSON lines here instead of stdout."),
     export: Optional[Path] = typer.Option(
-        None, "--export", help="Also write a dataset and task files for lm-evaluation-harness and inspect_ai here."
+        None, "--export", parser=out_path, help="Also write a dataset and task files for lm-evaluation-harness and inspect_ai here."
     ),
 ) -> None:
     """Generate retrieval questions (Section 4, Appendix A) as JSON lines."""
@@ -40,6 +41,10 @@ def prompts_cmd(
 
     if not 1 <= n <= prompts.MAX_QUESTIONS:
         raise UsageError(f"--n must be between 1 and {prompts.MAX_QUESTIONS}, got {n}")
+    if export is not None:
+        from stackedheads.storage import RunFolder
+
+        RunFolder(export).check()  # not into a run's, a sweep's or a benchmark's folder
     questions = prompts.generate_many(formulation, depth=depth, chains=chains, n=n, seed=seed)
     if export is not None:
         from stackedheads.llm.export import export_questions
@@ -60,11 +65,15 @@ def prompts_cmd(
 def theory_cmd(
     max_depth: int = typer.Option(12, "--max-depth", "-m", help="Tabulate D = 1..M (M at most 200: the cost grows as M^3)."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per line instead of a table."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write theory.jsonl and the plot (PNG, SVG) here."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", parser=out_path, help="Also write theory.jsonl and the plot (PNG, SVG) here."),
 ) -> None:
     """Minimum layers to retrieve x_D under the information-flow model (Section 5, Appendix B)."""
     from stackedheads import theory
 
+    if out is not None:
+        from stackedheads.storage import RunFolder
+
+        RunFolder(out).check()  # not into a run's, a sweep's or a benchmark's folder
     rows = theory.theory_table(max_depth)
     if as_json:
         for r in rows:

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from stackedheads.cli._app import (
+    out_path,
     THREADS_HELP,
     WORKERS_HELP,
     app,
@@ -23,7 +24,7 @@ from stackedheads.cli._app import (
 
 
 def train_cmd(
-    out: Path = typer.Option(..., "--out", "-o", help="Run folder; running again resumes it."),
+    out: Path = typer.Option(..., "--out", "-o", parser=out_path, help="Run folder; running again resumes it."),
     preset: str = typer.Option("quick", "--preset", "-p", help="A training preset: paper, quick, quick-n4, smoke, sec8, sec8-quick, sec8-smoke, sec9, sec9-quick, sec9-smoke."),
     recipe: Optional[str] = typer.Option(None, "--recipe", help=(
         "A named change to the preset's recipe (docs/training.md, 'The recipe screen'): gpt2 (the presets'), "
@@ -91,7 +92,7 @@ app.add_typer(sweep_app, name="sweep")
 
 @sweep_app.command("figure4")
 def sweep_figure4_cmd(
-    out: Path = typer.Option(..., "--out", "-o", help="Sweep folder; running again skips finished runs."),
+    out: Path = typer.Option(..., "--out", "-o", parser=out_path, help="Sweep folder; running again skips finished runs."),
     preset: str = typer.Option("quick", "--preset", "-p", help="paper (128 runs), quick or smoke."),
     device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="float32, bfloat16 (autocast) or tf32 (CUDA matmuls)."),
@@ -117,7 +118,7 @@ def sweep_figure4_cmd(
 
 @sweep_app.command("depth")
 def sweep_depth_cmd(
-    out: Path = typer.Option(..., "--out", "-o", help="Depth folder; running again skips finished runs."),
+    out: Path = typer.Option(..., "--out", "-o", parser=out_path, help="Depth folder; running again skips finished runs."),
     preset: str = typer.Option("quick", "--preset", "-p", help="paper (GPU), quick (CPU, N = 2, under an hour), quick-n4 (CPU, N = 4, D = 1..3) or smoke."),
     depths: Optional[str] = typer.Option(None, "--depths", help="Retrieval steps D, e.g. 1-6 or 1,2,4 (default: the preset's)."),
     layers: Optional[str] = typer.Option(None, "--layers", help="Layer counts, e.g. 1-8 (default: the preset's)."),

@@ -42,6 +42,7 @@ from stackedheads.llm.runlog import (
     record_key,
     repair_tail,
     run_identity,
+    scored,
     stored,
 )
 from stackedheads.llm.scoring import normalise, parse_answer, summarize
@@ -66,6 +67,9 @@ __all__ = [
 # Solved examples before each question: a hundred already overflow any small model's context,
 # and an unbounded count built a prompt of gigabytes before asking anything.
 MAX_FEW_SHOT = 100
+# Tokens per draw: an answer is a word (16 by default), stored to 2,000 characters; 100 million
+# spent 88.8 s on one question of a small model.
+MAX_TOKENS = 1024
 
 
 @dataclass(frozen=True)
@@ -90,12 +94,13 @@ class BenchConfig:
                 raise UsageError(f"unknown formulation {f!r}; choose all or one of: {', '.join(FORMULATIONS)}")
         if self.n < 1:
             raise UsageError(f"'n' must be >= 1, got {self.n}", fields=("n",))
+        prompts.check_seed(self.seed)
         if not 0 <= self.few_shot <= MAX_FEW_SHOT:
             raise UsageError(f"'few_shot' must be between 0 and {MAX_FEW_SHOT}, got {self.few_shot}", fields=("few_shot",))
         if self.max_draws < 1:
             raise UsageError(f"'max_draws' must be >= 1, got {self.max_draws}", fields=("max_draws",))
-        if self.max_tokens < 1:
-            raise UsageError(f"'max_tokens' must be >= 1, got {self.max_tokens}", fields=("max_tokens",))
+        if not 1 <= self.max_tokens <= MAX_TOKENS:
+            raise UsageError(f"'max_tokens' must be between 1 and {MAX_TOKENS}, got {self.max_tokens}", fields=("max_tokens",))
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
             raise UsageError(f"'temperature' must be >= 0, got {self.temperature}", fields=("temperature",))
         if self.temperature == 0 and self.max_draws > 1:
@@ -241,7 +246,7 @@ async def ask(backend: Backend, question: Question, examples: Sequence[Question]
         # ignores max_tokens must not grow the log without bound).
         text = redact(clean_text(gen.text))
         draws.append({
-            "text": text, "parsed": stored(parsed), "normalised": normalise(text)[:MAX_NORMALISED],
+            "text": text, "parsed": scored(parsed), "normalised": normalise(text)[:MAX_NORMALISED],
             "acceptable": parsed is not None, "seed": request.seed,
             "latency_s": round(gen.latency_s, 4), "finish_reason": gen.finish_reason,
             "retries": gen.retries,
@@ -268,10 +273,10 @@ async def ask(backend: Backend, question: Question, examples: Sequence[Question]
         "protocol": PROTOCOL_VERSION,
         **{k: getattr(cfg, k) for k in IDENTITY_FIELDS if k not in ("chains", "seed")},
         "prompt": stored(prompt),
-        "answer": stored(question.answer),
-        "acceptable": stored(list(question.acceptable)),
+        "answer": scored(question.answer),
+        "acceptable": scored(list(question.acceptable)),
         "draws": draws,
-        "final": stored(final),
+        "final": scored(final),
         "answered": final is not None,
         "correct": final == question.answer,
         "n_draws": len(draws),

@@ -47,7 +47,7 @@ def load_run(folder: Path) -> dict[str, Any]:
     """A run folder's results, recomputed from ``samples.jsonl`` (so a run still in progress,
     or killed, can be compared too)."""
     folder = Path(folder)
-    records = load_records(folder / SAMPLES)
+    records = load_records(folder / SAMPLES, strict=True)  # a garbage line was dropped without a word
     if not records:
         raise UsageError(f"{folder} holds no answered questions ({SAMPLES} missing or empty)")
     identity: dict[str, Any] = {}
@@ -73,6 +73,14 @@ def _label(results: dict[str, Any]) -> str:
     return str(results.get("identity", {}).get("model", Path(results.get("folder", "?")).name))
 
 
+def _md(text: str) -> str:
+    """A model's name as Markdown table text: HTML escaped (a renderer kept a name's
+    ``<img onerror=...>`` as markup) and a ``|`` that would split the cell escaped."""
+    import html
+
+    return html.escape(" ".join(text.split())).replace("|", "\\|")
+
+
 def table_markdown(runs: Sequence[dict[str, Any]]) -> str:
     """The comparison as Markdown: model x formulation at the paper's depths, then D curves."""
     lines = [
@@ -84,7 +92,7 @@ def table_markdown(runs: Sequence[dict[str, Any]]) -> str:
             s = r["per_formulation"].get(f)
             if s:
                 lines.append(
-                    f"| {_label(r)} | {f} | {s['depth']} | {s['n']} | {s['accuracy']:.3f} | "
+                    f"| {_md(_label(r))} | {f} | {s['depth']} | {s['n']} | {s['accuracy']:.3f} | "
                     f"[{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}] | {s['chance']:.3f} | {s['unanswered']} | {s['mean_draws']:.2f} |"
                 )
     for f in depth_formulations():
@@ -97,7 +105,7 @@ def table_markdown(runs: Sequence[dict[str, Any]]) -> str:
         for r in runs:
             cells = r["per_depth"].get(f, {})
             row = [f"{cells[str(d)]['accuracy']:.2f} ({cells[str(d)]['n']})" if str(d) in cells else "" for d in depths]
-            lines.append(f"| {_label(r)} | " + " | ".join(row) + " |")
+            lines.append(f"| {_md(_label(r))} | " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -14,7 +14,9 @@ Answers of one identity must never be mixed with another's: :func:`check_records
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,18 @@ def stored(value: Any) -> Any:
     return value
 
 
+def scored(value: Any) -> Any:
+    """A scored value (an answer word, or a list of them) as it is stored. One that holds a
+    registered secret (an API key equal to an answer word) is stored as a hash of it, not as
+    "***": every answer became "***", so the log no longer said which answer was given. Equal
+    words keep equal hashes, so a stored final still equals the stored answer it matched."""
+    if isinstance(value, list):
+        return [scored(v) for v in value]
+    if isinstance(value, str) and redact_secrets(value) != value:
+        return "sha256:" + hashlib.sha256(value.encode()).hexdigest()[:16]
+    return value
+
+
 def run_identity(backend: Backend, cfg: Any) -> dict[str, Any]:
     """What a record and ``config.json`` must agree on for answers to be counted together
     (``cfg``: a :class:`~stackedheads.llm.bench.BenchConfig`)."""
@@ -70,26 +84,56 @@ def run_identity(backend: Backend, cfg: Any) -> dict[str, Any]:
 def _valid_record(rec: Any) -> bool:
     return (
         isinstance(rec, dict)
-        and all(isinstance(rec.get(k), t) for k, t in _RECORD_TYPES.items())
+        and all(isinstance(rec.get(k), t) and not (t is int and isinstance(rec[k], bool)) for k, t in _RECORD_TYPES.items())
         and rec["formulation"] in FORMULATIONS
         and len(rec["acceptable"]) > 0
+        and _possible(rec)
     )
 
 
-def load_records(path: Path) -> dict[str, dict[str, Any]]:
+def _possible(rec: dict[str, Any]) -> bool:
+    """Values no run writes: a record is scored from what it stores, never trusted for it
+    (llm-compare printed draws/q -1.50 for "n_draws": -5 and counted a stored "correct": true
+    whose answer was wrong)."""
+    draws = rec.get("draws")
+    if rec["depth"] < 1 or rec["chains"] < 1 or rec["n_draws"] < 1 or not math.isfinite(rec["latency_s"]) or rec["latency_s"] < 0:
+        return False
+    if isinstance(draws, list) and len(draws) != rec["n_draws"]:
+        return False
+    if "final" in rec and "answer" in rec:  # records of every version store both
+        final = rec["final"]
+        if rec["answered"] != (final is not None) or rec["correct"] != (final is not None and final == rec["answer"]):
+            return False
+    return not (rec["correct"] and not rec["answered"])
+
+
+def load_records(path: Path, strict: bool = False) -> dict[str, dict[str, Any]]:
     """Records of ``samples.jsonl`` by key; a line cut short by a kill, or a record missing
-    what scoring needs, is ignored (its question is asked again)."""
+    what scoring needs or holding what no run writes, is ignored (its question is asked again).
+    ``strict`` (a reader that asks nothing again: llm-compare): such a line is one error naming
+    it, unless a later record answers its question again, or it is a last line cut short (a run
+    in progress or killed)."""
     records: dict[str, dict[str, Any]] = {}
     if not path.exists():
         return records
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if _valid_record(rec):
-                records[rec["key"]] = rec
+    with open(path, encoding="utf-8", errors="replace") as f:  # undecodable bytes fail as a bad record
+        lines = f.read().split("\n")
+    bad: list[tuple[int, Any]] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            rec = None
+        if _valid_record(rec):
+            records[rec["key"]] = rec
+        elif number < len(lines):  # the last piece has no newline: cut short by a kill
+            bad.append((number, rec.get("key") if isinstance(rec, dict) else None))
+    unanswered = [n for n, key in bad if key not in records]
+    if strict and unanswered:
+        raise UsageError(f"{path}: line {unanswered[0]} is not an answer record this program writes (damaged or edited; "
+                         f"{len(unanswered)} such lines): delete it, then re-run llm-bench on the folder to ask its question again")
     return records
 
 

@@ -80,4 +80,15 @@ def generate_many(
 ) -> list[Question]:
     """Questions ``index = 0..n-1`` of stream ``seed`` (Sec. 4 benchmarks 500 per formulation),
     at most :data:`MAX_QUESTIONS` (all are held in memory; larger sets: several seeds)."""
+    check_seed(seed)
     return _REGISTRY[formulation].generate_many(depth, chains, n, seed)
+
+
+def check_seed(seed: object) -> None:
+    """A user's question stream follows the seed rule of every seed (0 to 2**63-1, as
+    :func:`~stackedheads.storage.check_seeds`); the negative streams are the few-shot examples'."""
+    from stackedheads.errors import UsageError
+    from stackedheads.storage import MAX_SEED
+
+    if type(seed) is not int or not 0 <= seed <= MAX_SEED:
+        raise UsageError(f"'seed' must be a whole number from 0 to 2**63-1, got {seed!r}", fields=("seed",))

@@ -60,6 +60,9 @@ class VectorTaskConfig:
     )})
 
     def __post_init__(self) -> None:
+        from stackedheads.checks import check_types
+
+        check_types(self)  # first: the checks below compare numbers (pe_base=inf, chains=None)
         if self.chains < 1:
             raise UsageError(f"chains must be >= 1, got {self.chains}")
         if self.depth < 1:

@@ -19,8 +19,10 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 import torch
 
+from stackedheads.checks import check_types
 from stackedheads.errors import UsageError
 from stackedheads.model import ModelConfig
+from stackedheads.perf import MAX_THREADS_PER_CORE, check_threads
 from stackedheads.storage import check_seeds
 from stackedheads.tasks.vectors import VectorTaskConfig
 
@@ -37,6 +39,13 @@ MAX_STEPS = 10**9
 SCHEDULES = ("constant", "cosine", "linear")
 # Parameter families that may be exempt from weight decay (GPT-2/nanoGPT exempt norms and biases).
 DECAY_EXEMPTIONS = ("norm", "bias", "embed")
+# Fields every version of config.json wrote (in the flat format too): one missing is damage, not
+# an older file, so it is refused rather than defaulted.
+REQUIRED_FIELDS = {
+    "": ("seeds", "batch_size", "steps"),
+    "task": ("chains", "depth", "dims", "ic", "n_train", "n_val"),
+    "model": ("n_layers", "n_heads", "d_model"),
+}
 # ModelConfig's fields that follow from the task, not from the user.
 MODEL_IO = ("d_in", "d_out", "n_queries", "n_ctx")
 
@@ -72,6 +81,7 @@ class OptimConfig:
     )})
 
     def __post_init__(self) -> None:
+        check_types(self)  # first: the checks below compare numbers
         for name in ("lr", "weight_decay", "min_lr_ratio", "grad_clip"):
             if not math.isfinite(getattr(self, name)):
                 raise UsageError(f"{name} must be a finite number, got {getattr(self, name)}")
@@ -150,6 +160,7 @@ class TrainConfig:
     )})
 
     def __post_init__(self) -> None:
+        check_types(self)  # first: the checks below compare numbers (task, model, optim check their own)
         # The model reads the task's vectors and predicts at its queries: derived, never chosen.
         t = self.task
         io = {"d_in": t.d_in, "d_out": t.d_out, "n_queries": t.chains, "n_ctx": t.seq_len}
@@ -157,6 +168,7 @@ class TrainConfig:
             object.__setattr__(self, "model", replace(self.model, **io))
         if not self.seeds:
             raise UsageError("at least one seed is needed")
+        check_seeds(self.seeds, "'seeds'")  # the API's seeds=(-1,) made a folder the CLI calls damaged
         if len(set(self.seeds)) != len(self.seeds):
             raise UsageError(f"seeds must be distinct, got {list(self.seeds)}")
         for name in ("steps", "batch_size", "eval_every", "ckpt_every", "final_window"):
@@ -164,8 +176,11 @@ class TrainConfig:
                 raise UsageError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.steps > MAX_STEPS:
             raise UsageError(f"steps must be <= {MAX_STEPS:,}, got {self.steps:,}")
-        if self.threads is not None and not 1 <= self.threads <= 1024:
-            raise UsageError(f"threads must lie in [1, 1024], got {self.threads}")
+        if self.threads is not None and self.threads < 1:
+            # The upper bound is the machine's that trains (perf.check_threads, applied by
+            # resolved()): a config.json written on a larger machine must stay readable here.
+            raise UsageError(f"'threads' must be a whole number >= 1 (at most {MAX_THREADS_PER_CORE} per core of the "
+                             f"machine that trains), got {self.threads}", fields=("threads",))
         if self.optim.warmup_steps >= self.steps:
             raise UsageError(f"warmup_steps must lie in [0, steps), got {self.optim.warmup_steps}")
         if self.optim.decay_steps is not None and self.optim.decay_steps < self.steps:
@@ -196,6 +211,9 @@ class TrainConfig:
         """This config with "auto" dtype and unset threads made concrete: taken from ``stored``
         (the run folder's config.json, when resuming) or else from this machine and process."""
         dtype, threads = self.dtype, self.threads
+        if threads is not None and (stored is None or stored.threads != threads):
+            check_threads(threads)  # a count this run did not start with: this machine's bound
+        check_fits(self)  # before the run allocates or records anything
         if dtype == "auto":
             dtype = stored.dtype if stored is not None and stored.dtype != "auto" else native_dtype(self.device)
         if threads is None:  # a folder from before threads were recorded keeps None: no identity to check
@@ -229,10 +247,20 @@ class TrainConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> TrainConfig:
+    def from_dict(cls, d: dict, where: object = None) -> TrainConfig:
         """Inverse of :meth:`to_dict`. Also reads the flat configs of run folders written before
-        the config was nested (model and optimiser fields at the top level); a field missing
-        from an older config gets its default."""
+        the config was nested (model and optimiser fields at the top level); a field added since
+        an older config was written gets its default, one that every version wrote
+        (:data:`REQUIRED_FIELDS`) is damage. ``where``: the file read, named in a refusal."""
+        if where is None:
+            return cls._from_dict(d)
+        try:
+            return cls._from_dict(d)
+        except UsageError as e:  # "'chains' must be ..." named no file
+            raise UsageError(f"{where}: {e}", fields=e.fields) from None
+
+    @classmethod
+    def _from_dict(cls, d: dict) -> TrainConfig:
         if not isinstance(d, dict) or not isinstance(d.get("task"), dict) or not isinstance(d.get("seeds"), list):
             raise UsageError("a training config must be a JSON object with 'task' and 'seeds'")
         d = dict(d)
@@ -250,6 +278,10 @@ class TrainConfig:
         unknown = set(d) - {f.name for f in fields(cls)}
         if unknown:
             raise UsageError(f"unknown training config fields {sorted(unknown)}")
+        given = {"": d, "task": d["task"], "model": model}
+        missing = [f"{part}.{name}".lstrip(".") for part, names in REQUIRED_FIELDS.items() for name in names if name not in given[part]]
+        if missing:  # emergence defaulted a missing model.n_layers to 2 without a word
+            raise UsageError(f"a training config without {', '.join(missing)}: every version wrote it, so the file is damaged")
         for k in ("betas", "decay_exempt"):
             if k in optim:
                 optim[k] = tuple(optim[k])
@@ -339,3 +371,97 @@ def check_device(device: str) -> None:
         raise UsageError(f"'device' must be cpu, cuda or cuda:N, got {device!r}", fields=("device",)) from None
     if kind == "cuda" and not torch.cuda.is_available():
         raise UsageError("'device' cuda was asked for but no CUDA device is available", fields=("device",))
+
+
+# --- what a run needs of the machine ---------------------------------------------------------------
+
+
+def memory_needed(cfg: TrainConfig) -> list[tuple[str, int, str, dict[str, float]]]:
+    """Lower bounds, in bytes, of what training ``cfg`` holds at once: ``(what, bytes, where,
+    {option: its factor against the defaults})`` per part (``where``: "device" or "host").
+
+    Lower bounds, so that a run refused could never have fitted: AdamW keeps four float32
+    copies of every parameter; a step keeps at least two activations of d_model floats per token
+    and layer for backward; the validation set sits in memory as inputs and per-token metadata;
+    each member keeps its epoch's order of the training set (8 bytes per example)."""
+    m, t = cfg.model, cfg.task
+    members, tokens = len(cfg.seeds), t.seq_len
+    d, attn = m.d_model, m.n_heads * m.head_dim
+    per_layer = 4 * d * attn + (8 * d * d if m.mlp else 0) + 4 * d
+    params = m.n_layers * per_layer + d * (m.d_in + m.d_out)
+    shape = {"n_layers": m.n_layers / 2, "d_model": (d / 128) ** 2, "seeds": members}
+    return [
+        ("the model and its optimizer state", 16 * params * members, "device", shape),
+        ("a training step's activations", 2 * 4 * members * cfg.batch_size * tokens * d * m.n_layers, "device",
+         {"batch_size": cfg.batch_size / 512, "chains": t.chains / 4, "depth": t.depth / 3, **shape}),
+        ("the validation set", t.n_val * tokens * (4 * (t.d_in + t.d_out) + 32), "host",
+         {"n_val": t.n_val / 4096, "chains": t.chains / 4, "depth": t.depth / 3}),
+        ("the training set's order", 8 * t.n_train * members, "host", {"n_train": t.n_train / 2**20, "seeds": members}),
+    ]
+
+
+def machine_memory(device: str) -> dict[str, int | None]:
+    """Bytes of memory of this machine ("host": RAM, capped by a cgroup limit) and of
+    ``device`` (a CUDA GPU's; the host's on a CPU); None where unknown."""
+    from pathlib import Path
+
+    host = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                host = int(line.split()[1]) * 1024
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max" and host is not None:
+            host = min(host, int(limit))
+    except (OSError, ValueError, IndexError):
+        pass
+    dev = host
+    if device.startswith("cuda") and torch.cuda.is_available():
+        dev = torch.cuda.get_device_properties(torch.device(device)).total_memory
+    return {"host": host, "device": dev}
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if n < 1024 or unit == "PB":
+            return f"{n:,.0f} {unit}" if unit in ("B", "PB") and n >= 1024 else f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n:.3g} PB"
+
+
+def check_fits(cfg: TrainConfig, memory: dict[str, int | None] | None = None) -> None:
+    """Refuse, before anything is allocated or written, a run whose memory cannot fit this
+    machine (``--d-model 1000000000`` and ``--n-train 10**12`` ended in an allocator traceback,
+    ``--layers 100000`` grew until the kernel killed it), naming the option that makes it so."""
+    memory = memory or machine_memory(cfg.device)
+    needs = memory_needed(cfg)
+    one = memory["device"] == memory["host"]  # a CPU run: everything in the host's memory
+    for where in ("host",) if one else ("device", "host"):
+        have = memory[where]
+        parts = [p for p in needs if one or p[2] == where]
+        total = sum(p[1] for p in parts)
+        if have is None or total <= have:
+            continue
+        what, _, _, factors = max(parts, key=lambda p: p[1])
+        option = max(factors, key=factors.get)
+        value = _field_value(cfg, option)
+        shown = f"({len(value):,} of them)" if option == "seeds" else f"{value:,}"
+        raise UsageError(
+            f"'{option}' {shown}: training would need at least {_size(total)} of memory (mostly {what}), "
+            f"more than this machine's {_size(have)}", fields=(option,),
+        )
+
+
+def check_jobs_fit(configs) -> None:
+    """:func:`check_fits` for each of a grid's configs (the machine's memory read once per
+    device): a sweep over ``--layers 1-100000`` was killed by the kernel after recording its grid."""
+    memory: dict[str, dict] = {}
+    for cfg in configs:
+        if cfg.device not in memory:
+            memory[cfg.device] = machine_memory(cfg.device)
+        check_fits(cfg, memory[cfg.device])
+
+
+def _field_value(cfg: TrainConfig, name: str):
+    owner = field_owner(name)
+    return getattr(getattr(cfg, owner) if owner else cfg, name)

@@ -11,6 +11,7 @@ locked while a process trains in it.
 from __future__ import annotations
 
 import csv
+import sys
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -35,6 +36,7 @@ from stackedheads.training.config import DTYPES, TrainConfig, check_device
 from stackedheads.training.data import member_batches, validation_batch
 from stackedheads.training.evaluate import evaluate, member_mse
 from stackedheads.training.metrics import (
+    covered_step,
     metric_columns,
     read_metrics,
     read_summary,
@@ -91,6 +93,8 @@ def train(
     ``progress(step, steps)`` is called after every step. ``stop_after`` stops early (tests of
     interruption) without writing the summary.
     """
+    if not isinstance(cfg, TrainConfig):  # the API's train(None, path) was an AttributeError
+        raise UsageError(f"'cfg' must be a TrainConfig, got {type(cfg).__name__}", fields=("cfg",))
     check_device(cfg.device)
     dev = torch.device(cfg.device)
     folder = RunFolder(run_dir, KIND)
@@ -104,7 +108,7 @@ def _train_locked(cfg: TrainConfig, folder: RunFolder, dev: torch.device, progre
     if recorded is not None:
         # Read as a TrainConfig, not compared as JSON: config.json files of older versions
         # (flat, without the recipe's fields) describe the same runs.
-        old = TrainConfig.from_dict(recorded)
+        old = TrainConfig.from_dict(recorded, run_dir / CONFIG_FILE)
         cfg = cfg.resolved(old)
         folder.require_same(old.to_dict(), cfg.to_dict(), "another configuration")
         if run_is_complete(run_dir):
@@ -123,7 +127,12 @@ def _train_steps(cfg: TrainConfig, run_dir: Path, dev: torch.device, progress, s
     columns = metric_columns(cfg)
     metrics_path = run_dir / "metrics.csv"
     wall0 = 0.0
-    start = resume_point(run_dir, cfg.device, model, opt)
+    covered = covered_step(metrics_path, cfg)
+    newest = max((step for step, _ in list_checkpoints(run_dir)), default=0)
+    start = resume_point(run_dir, cfg.device, model, opt, at_most=covered)
+    if newest > start and newest > covered:
+        print(f"warning: {metrics_path} lacks rows after step {covered}; training again from step {start} to rebuild them",
+              file=sys.stderr)
     if start:
         truncate_metrics(metrics_path, start, columns)
         rows = read_metrics(run_dir) if metrics_path.exists() else []

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import sys
 from pathlib import Path
 
 from stackedheads.errors import UsageError
-from stackedheads.storage import atomic_write_json, atomic_write_text, read_state_json
+from stackedheads.storage import atomic_write_json, atomic_write_text, read_state_json, read_text
 from stackedheads.training.checkpoints import list_checkpoints
 from stackedheads.training.config import TrainConfig
 
@@ -17,6 +18,23 @@ from stackedheads.training.config import TrainConfig
 def metric_columns(cfg: TrainConfig) -> list[str]:
     parts = [f"val_x{j}" for j in range(1, cfg.task.depth + 1)] if cfg.task.ic else [f"val_x{cfg.task.depth}"]
     return ["step", "seed", "train_loss", "val_loss", *parts, "wall_s"]
+
+
+def _metrics_text(path: Path) -> str:
+    try:
+        return read_text(path, "a training run's metrics")  # bounded, as every state read
+    except UnicodeDecodeError:  # was a traceback in train, claims, report and reproduce
+        raise UsageError(f"{path} is damaged (not UTF-8 text): it is no metrics.csv this program wrote") from None
+
+
+def _check_header(path: Path, header: list[str] | None, columns: list[str] | None = None) -> None:
+    """A header without a row's keys was a KeyError: 'step' (no header at all: an empty file)."""
+    if header is None:
+        return
+    ok = header == columns if columns is not None else header[:2] == ["step", "seed"] and "wall_s" in header
+    if not ok:
+        raise UsageError(f"{path}: its header {','.join(header)[:80]!r} is not that of metrics.csv "
+                         f"({','.join(columns or ['step', 'seed', '...', 'wall_s'])}): the file is damaged")
 
 
 def _parse_row(r: dict) -> dict | None:
@@ -29,16 +47,45 @@ def _parse_row(r: dict) -> dict | None:
 def read_metrics(run_dir: Path) -> list[dict]:
     """Rows of metrics.csv; a last line cut off by a crash (no newline) is ignored."""
     path = Path(run_dir) / "metrics.csv"
-    text = path.read_text(encoding="utf-8")
+    text = _metrics_text(path)
     if text and not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]
     rows = []
-    for r in csv.DictReader(io.StringIO(text)):
+    reader = csv.DictReader(io.StringIO(text))
+    _check_header(path, reader.fieldnames)
+    for r in reader:
         parsed = _parse_row(r)
         if parsed is None or None in r:
-            raise UsageError(f"{path} has a malformed row at step {r.get('step')!r}; delete the folder to retrain")
+            raise UsageError(f"{path} has a malformed row at step {r.get('step')!r}; delete summary.json beside it and "
+                             "train again: the rows are rebuilt from the checkpoint before it")
         rows.append(parsed)
     return rows
+
+
+def covered_step(path: Path, cfg: TrainConfig) -> int:
+    """The last step up to which metrics.csv holds every evaluation of every seed (rows from the
+    first damaged one on do not count). A run resumes no later than this, so rows lost from a
+    truncated or damaged file are trained again from a checkpoint, not the folder thrown away."""
+    try:
+        text = read_text(path, "a training run's metrics")
+    except (OSError, UsageError, UnicodeDecodeError):
+        return 0
+    text = text[: text.rfind("\n") + 1]  # a last line cut off by a crash does not count
+    reader = csv.DictReader(io.StringIO(text))
+    if reader.fieldnames != metric_columns(cfg):
+        return 0
+    have = set()
+    for r in reader:
+        parsed = _parse_row(r)
+        if parsed is None or None in r:
+            break
+        have.add((parsed["step"], parsed["seed"]))
+    last = 0
+    for step in range(1, cfg.steps + 1):
+        if cfg.is_eval_step(step) and not all((step, s) in have for s in cfg.seeds):
+            break
+        last = step
+    return last
 
 
 def truncate_metrics(path: Path, last_step: int, columns: list[str]) -> None:
@@ -46,13 +93,17 @@ def truncate_metrics(path: Path, last_step: int, columns: list[str]) -> None:
     partial last line left by a crash mid-write."""
     if not path.exists():
         return
-    text = path.read_text(encoding="utf-8")
+    text = _metrics_text(path)
     if text and not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]
     rows = []
-    for r in csv.DictReader(io.StringIO(text)):
+    reader = csv.DictReader(io.StringIO(text))
+    _check_header(path, reader.fieldnames, columns)
+    for r in reader:
         parsed = _parse_row(r)
-        if parsed is not None and None not in r and parsed["step"] <= last_step:
+        if parsed is None or None in r:
+            break  # rows past a damaged one are not trusted (covered_step stops there too)
+        if parsed["step"] <= last_step:
             rows.append(r)
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
@@ -71,7 +122,8 @@ def summarize(run_dir: Path, cfg: TrainConfig) -> dict:
     for seed in cfg.seeds:
         tail = [r for r in rows if r["seed"] == seed and r["step"] >= first_tail]
         if not tail:
-            raise UsageError(f"{run_dir}: metrics.csv has no final-window rows for seed {seed}; delete the folder to retrain")
+            raise UsageError(f"{run_dir}: metrics.csv has no final-window rows for seed {seed}; delete summary.json there "
+                             "and train again: the rows are rebuilt from the checkpoint before them")
         per_seed[str(seed)] = {
             "final_val_loss": sum(r["val_loss"] for r in tail) / len(tail),
             "final_partial": {p: sum(r[p] for r in tail) / len(tail) for p in parts},
@@ -85,24 +137,29 @@ def run_is_complete(run_dir: Path) -> bool:
     return (Path(run_dir) / "summary.json").exists()
 
 
-def read_summary(run_dir: Path, cfg: TrainConfig) -> dict:
+def _loss(x: object) -> bool:
+    """A loss this program writes: a finite number >= 0 (C0 passed on a summary's -5)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+
+
+def read_summary(run_dir: Path, cfg: TrainConfig, rebuild: bool = True) -> dict:
     """summary.json; when it is damaged but the run reached its last step, it is rebuilt from
-    metrics.csv rather than lost."""
+    metrics.csv rather than lost (``rebuild`` False: a read-only verb, which refuses instead)."""
     run_dir = Path(run_dir)
     path = run_dir / "summary.json"
     try:
         summary = read_state_json(path, "a training run's summary")
         seeds = summary.get("seeds")
         if not isinstance(seeds, dict) or not all(
-            isinstance(seeds.get(str(s)), dict) and isinstance(seeds[str(s)].get("final_val_loss"), (int, float))
-            and isinstance(seeds[str(s)].get("final_partial"), dict)
+            isinstance(seeds.get(str(s)), dict) and _loss(seeds[str(s)].get("final_val_loss"))
+            and isinstance(seeds[str(s)].get("final_partial"), dict) and all(map(_loss, seeds[str(s)]["final_partial"].values()))
             for s in cfg.seeds
         ):
-            raise UsageError(f"{path} has the wrong shape (no final losses for seeds {list(cfg.seeds)}): delete it to rebuild it")
+            raise UsageError(f"{path} has the wrong shape (no final losses >= 0 for seeds {list(cfg.seeds)}): delete it to rebuild it")
         return summary
     except UsageError:
         ckpts = list_checkpoints(run_dir)
-        if not ckpts or ckpts[-1][0] != cfg.steps:
+        if not rebuild or not ckpts or ckpts[-1][0] != cfg.steps:
             raise
         print(f"warning: {run_dir / 'summary.json'} was damaged; rebuilt from metrics.csv", file=sys.stderr)
         summary = summarize(run_dir, cfg)

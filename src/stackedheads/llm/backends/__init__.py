@@ -73,7 +73,10 @@ echo`` run it. The rules:
   server text in an error through :func:`short` (the benchmark redacts the answers it stores).
 - A user's mistake is a :class:`~stackedheads.errors.UsageError` (one line, exit 2); a
   failure retrying did not fix is a :class:`BackendError` (exit 1, answers kept). A network
-  backend wraps its calls in :func:`call_with_retries`.
+  backend wraps its calls in :func:`call_with_retries`. A model computing in this process
+  generates in :func:`run_in_thread` and ends a draw when its ``stop`` event is set (Ctrl-C
+  must reach the event loop); an option ``n_threads`` obeys :func:`stackedheads.perf.check_threads`
+  (:func:`backend_options` applies it).
 - :class:`BackendSpec` has optional hooks: ``needs`` (a module ``reproduce`` checks before it
   starts), ``check`` (refuse a model or options without loading anything) and ``prepare``
   (fetch what a model needs before ``reproduce`` times it).
@@ -98,8 +101,10 @@ from stackedheads.llm.backends._base import (  # noqa: F401
     backoff_delay,
     call_with_retries,
     check_backend,
+    check_env_name,
     clean_text,
     make_backend,
+    run_in_thread,
     short,
 )
 
@@ -126,7 +131,9 @@ __all__ = [
     "backoff_delay",
     "call_with_retries",
     "check_backend",
+    "check_env_name",
     "clean_text",
     "make_backend",
+    "run_in_thread",
     "short",
 ]

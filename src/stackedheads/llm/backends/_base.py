@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import random
+import re
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, fields
@@ -19,6 +21,20 @@ T = TypeVar("T")
 MODES = ("chat", "completion")
 MAX_TEXT_CHARS = 2000  # one answer as stored and shown; the benchmark's answers are a few tokens
 MAX_RETRY_AFTER_S = 120.0  # a longer Retry-After is capped (and reported): the run should not stall
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
+
+
+def check_env_name(name: object, field: str = "api_key_env") -> None:
+    """Refuse an option that names an environment variable but is no variable's name. The
+    refusal never repeats it: a key typed there (``sk-proj-...``) was written to config.json,
+    summary.json and the report, and printed in "no API key: set $sk-proj-..."."""
+    if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+        raise UsageError(
+            f"'{field}' must be the name of an environment variable (letters, digits and _, not starting "
+            "with a digit), not the key itself; what was given is not repeated here", fields=(field,),
+        )
 
 
 def clean_text(text: str) -> str:
@@ -74,6 +90,27 @@ class Backend(Protocol):
     async def complete(self, request: Request) -> Generation: ...
 
     async def aclose(self) -> None: ...
+
+
+async def run_in_thread(generate: Callable[[Request], Generation], request: Request, stop: threading.Event) -> Generation:
+    """``generate(request)`` in a worker thread, for in-process models (llama.cpp, transformers).
+
+    Why: asyncio turns Ctrl-C into a cancellation of the waiting task, and a model generating
+    in the event loop's own thread never lets the loop run: the benchmark answered every
+    remaining question before it stopped. Here the loop stays free; on cancellation ``stop``
+    is set, which the model's per-token hook checks to end the generation at its next token,
+    and the thread is awaited before the cancellation goes on, so the model is never used by
+    two threads at once."""
+    stop.clear()
+    future = asyncio.get_running_loop().run_in_executor(None, generate, request)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        stop.set()
+        await asyncio.wait([future])  # ends at the next token
+        if not future.cancelled():
+            future.exception()  # retrieved: the cut-short draw (or its own error) is no news now
+        raise
 
 
 # --- registry ------------------------------------------------------------------------------------
@@ -134,6 +171,10 @@ def backend_options(name: str, options: dict[str, Any]) -> BackendOptions:
     for k in given:
         if k not in taken:
             raise UsageError(f"'{k}' does not apply to backend {name}", fields=(k,))
+    if "n_threads" in given:  # the rule of every verb that takes threads (train's too)
+        from stackedheads.perf import check_threads
+
+        check_threads(given["n_threads"], "n_threads")
     mode = given.get("mode")
     if mode is not None and mode not in MODES:
         raise UsageError(f"unknown 'mode' {mode!r}; choose chat or completion", fields=("mode",))

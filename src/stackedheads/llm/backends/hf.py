@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from stackedheads.llm.backends._base import (
     BackendSpec,
     Generation,
     Request,
+    run_in_thread,
     short,
 )
 
@@ -42,6 +44,10 @@ class HFBackend:
             raise UsageError("backend hf needs transformers: pip install transformers") from None
         if mode not in MODES:
             raise UsageError(f"unknown mode {mode!r}; choose chat or completion")
+        from stackedheads.perf import check_threads
+
+        check_threads(n_threads, "n_threads")  # the rule of every verb that takes threads
+        self._stop = threading.Event()  # set when the draw is cancelled (Ctrl-C): see run_in_thread
         try:
             self._tok = AutoTokenizer.from_pretrained(model, local_files_only=True)
             self._lm = AutoModelForCausalLM.from_pretrained(model, local_files_only=True)
@@ -65,9 +71,20 @@ class HFBackend:
         else:
             text_in = request.prompt or ""
         enc = self._tok(text_in, return_tensors="pt")
+        n_ctx = getattr(self._lm.config, "max_position_embeddings", None)
+        if isinstance(n_ctx, int) and enc["input_ids"].shape[1] + request.max_tokens > n_ctx:
+            raise UsageError(
+                f"a prompt of {enc['input_ids'].shape[1]} tokens and {request.max_tokens} more does not fit the model's "
+                f"context of {n_ctx}: give fewer examples ('few_shot')", fields=("few_shot",),
+            )
         sample = request.temperature > 0
+        def interrupted(input_ids, scores, **_) -> bool:  # checked after each token: a cancelled draw ends
+            return self._stop.is_set()
+
+        from transformers import StoppingCriteriaList
+
         kwargs: dict[str, Any] = dict(
-            max_new_tokens=request.max_tokens, do_sample=sample,
+            max_new_tokens=request.max_tokens, do_sample=sample, stopping_criteria=StoppingCriteriaList([interrupted]),
             pad_token_id=self._tok.pad_token_id if self._tok.pad_token_id is not None else self._tok.eos_token_id,
         )
         if sample:
@@ -90,7 +107,7 @@ class HFBackend:
         return Generation(text, time.perf_counter() - start, finish)
 
     async def complete(self, request: Request) -> Generation:
-        return self.complete_sync(request)
+        return await run_in_thread(self.complete_sync, request, self._stop)
 
     async def aclose(self) -> None:
         return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from stackedheads.llm.backends._base import (
     BackendSpec,
     Generation,
     Request,
+    run_in_thread,
     short,
 )
 
@@ -51,9 +53,12 @@ class LlamaCppBackend:
             ) from None
         if mode not in MODES:
             raise UsageError(f"unknown mode {mode!r}; choose chat or completion")
-        if n_threads is not None and n_threads < 1:
-            raise UsageError(f"'n_threads' must be >= 1, got {n_threads}", fields=("n_threads",))
+        from stackedheads.perf import check_threads
+
+        check_threads(n_threads, "n_threads")  # llama.cpp crashed at 100,000 threads and hung at 5,000
         self.model, self.mode = model_name, mode
+        self.n_ctx = n_ctx
+        self._stop = threading.Event()  # set when the draw is cancelled (Ctrl-C): see run_in_thread
         try:
             self._llm = Llama(
                 model_path=str(model_path), n_ctx=n_ctx, n_threads=n_threads,
@@ -62,24 +67,45 @@ class LlamaCppBackend:
         except (ValueError, RuntimeError, OSError) as e:  # llama.cpp's answer to a damaged file
             raise UsageError(f"cannot load {model_path}: not a usable GGUF model ({short(str(e))})") from None
 
+    def _interrupt_hook(self, input_ids, scores):
+        """Called by llama.cpp before each token is sampled: a cancelled draw gets only the
+        end-of-text token, so it ends at once. (Not an exception: llama.cpp calls this from a
+        C callback, which prints an exception and goes on generating.)"""
+        if self._stop.is_set():
+            scores[:] = -float("inf")
+            scores[self._llm.token_eos()] = 0.0
+        return scores
+
     def complete_sync(self, request: Request) -> Generation:
+        from llama_cpp import LogitsProcessorList
+
         start = time.perf_counter()
         common = dict(
             temperature=request.temperature, max_tokens=request.max_tokens,
-            seed=request.seed, stop=list(request.stop),
+            seed=request.seed, stop=list(request.stop), logits_processor=LogitsProcessorList([self._interrupt_hook]),
         )
-        if self.mode == "chat":
-            out = self._llm.create_chat_completion(messages=request.chat_messages(), **common)
-            choice = out["choices"][0]
-            text = choice["message"]["content"]
-        else:
-            out = self._llm.create_completion(prompt=request.prompt or "", **common)
-            choice = out["choices"][0]
-            text = choice["text"]
+        try:
+            if self.mode == "chat":
+                out = self._llm.create_chat_completion(messages=request.chat_messages(), **common)
+                choice = out["choices"][0]
+                text = choice["message"]["content"]
+            else:
+                out = self._llm.create_completion(prompt=request.prompt or "", **common)
+                choice = out["choices"][0]
+                text = choice["text"]
+        except ValueError as e:
+            # llama.cpp counts the prompt's tokens before it evaluates any: a prompt longer than
+            # the context is the user's choice of examples or context, not a crash.
+            if "exceed context window" not in str(e):
+                raise
+            raise UsageError(
+                f"a prompt does not fit the model's context: {short(str(e))}; give fewer examples ('few_shot') "
+                f"or a longer context ('n_ctx', now {self.n_ctx})", fields=("few_shot", "n_ctx"),
+            ) from None
         return Generation(text or "", time.perf_counter() - start, choice.get("finish_reason"))
 
     async def complete(self, request: Request) -> Generation:
-        return self.complete_sync(request)
+        return await run_in_thread(self.complete_sync, request, self._stop)
 
     async def aclose(self) -> None:
         close = getattr(self._llm, "close", None)

@@ -5,6 +5,7 @@ The module is not named ``openai`` so that it can never stand in for the client 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import time
@@ -23,6 +24,7 @@ from stackedheads.llm.backends._base import (
     Request,
     _retry_after,
     call_with_retries,
+    check_env_name,
     clean_text,
     short,
 )
@@ -35,6 +37,10 @@ class _Malformed(Exception):
     """A 200 reply that is not a completion (invalid JSON, HTML, no choices)."""
 
 
+class _Timeout(Exception):
+    """No whole reply within the timeout."""
+
+
 @dataclass(frozen=True)
 class OpenAIOptions(BackendOptions):
     base_url: str | None = None  # None: OpenAI itself
@@ -44,6 +50,7 @@ class OpenAIOptions(BackendOptions):
     max_retries: int = 5
 
     def __post_init__(self) -> None:
+        check_env_name(self.api_key_env)
         if self.concurrency < 1:
             raise UsageError(f"'concurrency' must be >= 1, got {self.concurrency}", fields=("concurrency",))
 
@@ -101,6 +108,7 @@ class OpenAIBackend:
         if max_retries < 0:
             raise UsageError(f"'max_retries' must be >= 0, got {max_retries}", fields=("max_retries",))
         check_base_url(base_url)
+        check_env_name(api_key_env)
         key = os.environ.get(api_key_env)
         register_secret(key)
         self._where = public_url(base_url) or "OpenAI"  # also registers a password in the URL
@@ -116,6 +124,7 @@ class OpenAIBackend:
         self.base_url = self._where if base_url else None  # never the URL's credentials
         self.max_concurrency = max(1, concurrency)
         self._max_retries = max_retries
+        self._timeout = timeout
         self._base, self._cap = backoff_base, backoff_cap
         self._rng = random.Random(jitter_seed)
         self._openai = openai
@@ -125,7 +134,7 @@ class OpenAIBackend:
 
     def _retryable(self, exc: Exception) -> tuple[bool, float | None]:
         o = self._openai
-        if isinstance(exc, (o.APITimeoutError, o.APIConnectionError)):
+        if isinstance(exc, (_Timeout, o.APITimeoutError, o.APIConnectionError)):
             return True, None
         if isinstance(exc, o.APIStatusError):
             status = exc.status_code
@@ -140,6 +149,8 @@ class OpenAIBackend:
     def _describe(self, exc: Exception) -> str:
         if isinstance(exc, self._openai.APIStatusError):
             return f"HTTP {exc.status_code}: {short(exc.message)}"
+        if isinstance(exc, _Timeout):
+            return f"Timeout: no whole reply within {self._timeout:g} s"
         if isinstance(exc, (self._openai.APITimeoutError, self._openai.APIConnectionError)):
             return f"{type(exc).__name__}: {short(str(exc))}"
         return f"malformed reply ({short(str(exc)) or type(exc).__name__})"
@@ -189,7 +200,14 @@ class OpenAIBackend:
         start = time.perf_counter()
 
         async def once() -> tuple[str, str | None]:
-            return self._extract(await self._call(request))
+            # The client's timeout bounds each read, not the request: a server dripping a byte
+            # every 0.5 s held one request for 50 s under --timeout 3. This bounds the whole.
+            try:
+                async with self._deadline():
+                    response = await self._call(request)
+            except TimeoutError:
+                raise _Timeout from None
+            return self._extract(response)
 
         try:
             (text, finish), retries = await call_with_retries(
@@ -204,6 +222,10 @@ class OpenAIBackend:
             finish_reason=finish,
             retries=retries,
         )
+
+    def _deadline(self):
+        """The bound of one attempt (a test replaces it with one its server expires)."""
+        return asyncio.timeout(self._timeout)
 
     async def aclose(self) -> None:
         await self._client.close()

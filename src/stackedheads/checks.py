@@ -1,0 +1,71 @@
+"""The type check every config dataclass runs first in its ``__post_init__``: one validation for a
+config built by the command line, the Python API or read from a config.json. The API passed
+``steps="10"``, ``steps=True`` or ``steps=nan`` through to a raw TypeError deep in training, or
+to a run folder the CLI then called damaged."""
+
+from __future__ import annotations
+
+import math
+import types
+import typing
+from dataclasses import fields
+from functools import cache
+
+from stackedheads.errors import UsageError
+
+
+@cache
+def _checkers(cls: type) -> tuple:
+    """``(field name, its type, a predicate)`` per field, built once per class (grids build
+    tens of thousands of configs)."""
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, hints[f.name], _checker(hints[f.name])) for f in fields(cls))
+
+
+def _describe(tp) -> str:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return " or ".join(_describe(a) for a in inner) + " or None"
+    if origin is tuple:
+        items = {int: "whole numbers", float: "finite numbers", str: "texts"}.get(args[0] if args else None, "values")
+        return f"a list of {items}" if len(args) == 2 and args[1] is Ellipsis else f"a list of {len(args)} {items}"
+    return {int: "a whole number", float: "a finite number", bool: "true or false", str: "a text"}.get(
+        tp, f"a {getattr(tp, '__name__', tp)}")
+
+
+def _checker(tp):
+    """A predicate: whether a value is of the annotated type ``tp`` (bool is no number; a float is
+    finite)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        options = [_checker(a) for a in args]
+        return lambda v: any(c(v) for c in options)
+    if tp is type(None):
+        return lambda v: v is None
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            item = _checker(args[0])
+            return lambda v: isinstance(v, (tuple, list)) and all(item(x) for x in v)
+        items = [_checker(a) for a in args]
+        return lambda v: isinstance(v, (tuple, list)) and len(v) == len(items) and all(c(x) for c, x in zip(items, v))
+    if tp is bool:
+        return lambda v: v is True or v is False
+    if tp is int:
+        return lambda v: type(v) is int or (isinstance(v, int) and not isinstance(v, bool))
+    if tp is float:
+        return lambda v: (type(v) is float or (isinstance(v, (int, float)) and not isinstance(v, bool))) and math.isfinite(v)
+    if isinstance(tp, type):
+        return lambda v: isinstance(v, tp)
+    return lambda v: True  # an annotation this check does not know: the class's own checks judge it
+
+
+def check_types(obj) -> None:
+    """Refuse, naming the field, a field of the dataclass ``obj`` whose value is not of its
+    annotated type."""
+    for name, tp, ok in _checkers(type(obj)):
+        value = getattr(obj, name)
+        if not ok(value):
+            shown = repr(value)
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            raise UsageError(f"'{name}' must be {_describe(tp)}, got {shown}", fields=(name,))
