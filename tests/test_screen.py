@@ -259,3 +259,20 @@ def test_runs_are_ranked_by_distance_and_a_run_on_the_plateau_is_not_measured(tm
     assert cmp[0]["closer"] == "near"
     r = cli("seeds", far, stuck, near)
     assert r.code == 0 and "Distance to Sec. 9" in r.out and "distance to the paper: at least" in r.out
+
+
+def test_a_result_in_pieces_publishes_into_a_group_the_report_reads(pieces, tmp_path, cli):
+    from stackedheads import references
+
+    root, _ = pieces
+    commit = "7e32fd7"  # any commit's spelling: publish records it, it does not check out
+    results = tmp_path / "results"
+    (results / "sec9-screen").mkdir(parents=True)
+    r = cli("publish", root / "split", "--name", "float32", "--results", results / "sec9-screen", "--title", "t",
+            "--command", "c", "--commit", commit, "--include", "emergence/runs/*/*.json", "--include", "emergence/runs/*/*.csv")
+    assert r.code == 0, r.err
+    published = results / "sec9-screen" / "float32"
+    assert {p.parent.name for p in published.glob("emergence/runs/*/summary.json")} == {EMERGENCE_RUN, f"{EMERGENCE_RUN}-seed1"}
+    (before,), (after,) = seeds.collect_seeds([root / "split"]), seeds.collect_seeds([published])
+    assert [(r.seed, r.final_val_loss, r.loss_drops) for r in before.rows] == [(r.seed, r.final_val_loss, r.loss_drops) for r in after.rows]
+    assert [ref["name"] for ref in references.load_all(results)] == ["float32"]

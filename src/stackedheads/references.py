@@ -308,7 +308,14 @@ def load(folder: Path) -> dict:
 
 
 def load_all(root: Path | None) -> list[dict]:
-    """Every reference folder under ``root`` (``results/``), by name."""
+    """Every reference folder under ``root`` (``results/``), by name, and those of a group one
+    level down (``results/sec9-screen/<recipe>/``: a folder with no reference.json of its own)."""
     if root is None or not root.is_dir():
         return []
-    return [load(p) for p in sorted(root.iterdir()) if (p / REFERENCE_FILE).exists()]
+    found = []
+    for p in sorted(root.iterdir()):
+        if (p / REFERENCE_FILE).exists():
+            found.append(p)
+        elif p.is_dir() and not p.is_symlink():
+            found += [q for q in sorted(p.iterdir()) if (q / REFERENCE_FILE).exists()]
+    return [load(p) for p in found]
