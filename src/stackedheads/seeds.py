@@ -341,7 +341,10 @@ def compare(runs: list[RunSeeds]) -> list[dict]:
         for cid in ids:
             # The paper's target is every seed: the share passing, not the count (3 of 8 is not
             # closer than 2 of 2).
-            passing = {lab: (s["verdicts"].get(cid, {}).get(PASS, 0), s["seeds"]) for lab, s in sums.items()}
+            # among the runs that judged it (a run without circuits has no E1-E3 to count as failed)
+            passing = {lab: (s["verdicts"][cid].get(PASS, 0), s["seeds"]) for lab, s in sums.items() if cid in s["verdicts"]}
+            if len(passing) < 2:
+                continue
             best = max(n / m for n, m in passing.values())
             leaders = [lab for lab, (n, m) in passing.items() if n / m == best]
             out.append({"section": section, "measure": f"{cid} seeds passing", "paper": "every seed",
@@ -429,8 +432,9 @@ def distribution_lines(run: RunSeeds) -> list[str]:
         u = s["useful_heads"]
         lines.append(f"useful heads: median {u['median']:g} (range {u['min']}-{u['max']})"
                      + (f" (paper: {paper['useful_heads']} of 12)" if run.section == "sec8" else ""))
-    lines.append("verdicts per claim: " + "; ".join(
-        f"{cid} " + ", ".join(f"{n} {v}" for v, n in counts.items()) for cid, counts in s["verdicts"].items()))
+    lines.append("verdicts per claim: " + ("; ".join(
+        f"{cid} " + ", ".join(f"{n} {v}" for v, n in counts.items()) for cid, counts in s["verdicts"].items())
+        or "none (no circuits discovered)"))
     return lines
 
 
