@@ -382,3 +382,22 @@ def test_a_truncated_metrics_csv_is_rebuilt_from_the_checkpoints(ckpt_run, tmp_p
     assert _rows(run / "metrics.csv") == full
     assert again["seeds"] == summary["seeds"]
     assert "training again from step" in capsys.readouterr().err
+
+
+def test_a_full_disk_names_the_file_being_written(tmp_path, monkeypatch, cli):
+    """44.17: a full disk's "[Errno 28]" named no path: the write happens on a descriptor."""
+    import errno
+    import os as os_mod
+
+    from stackedheads import storage
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os_mod, "fsync", full)
+    with pytest.raises(OSError) as e:
+        storage.atomic_write_bytes(tmp_path / "state.json", b"{}")
+    assert e.value.filename == str(tmp_path / "state.json") and e.value.errno == errno.ENOSPC
+    assert not list(tmp_path.iterdir())  # no temp file left behind
+    r = cli("prompts", "-f", "equations", "--n", "1", "--out", tmp_path / "q.jsonl")
+    assert r.code == 1 and str(tmp_path / "q.jsonl") in r.err and "free some space" in r.err
