@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import copy_run
-from helpers import reproduce_folder, train_config
+from helpers import one_error, reproduce_folder, train_config
 
 from stackedheads import presets, storage
 from stackedheads.errors import UsageError
@@ -401,3 +401,13 @@ def test_a_full_disk_names_the_file_being_written(tmp_path, monkeypatch, cli):
     assert not list(tmp_path.iterdir())  # no temp file left behind
     r = cli("prompts", "-f", "equations", "--n", "1", "--out", tmp_path / "q.jsonl")
     assert r.code == 1 and str(tmp_path / "q.jsonl") in r.err and "free some space" in r.err
+
+
+def test_an_output_that_is_a_dangling_link_or_a_folder_is_named_plainly(tmp_path, cli):
+    """44.17: a dangling-symlink --out said "File exists"; `prompts --out DIR` named its temp file."""
+    (tmp_path / "link").symlink_to(tmp_path / "nowhere")
+    r = cli("train", "--preset", "smoke", "--out", tmp_path / "link")
+    assert r.code == 2 and one_error(r.err) and "symbolic link to a path that does not exist" in r.err
+    (tmp_path / "d").mkdir()
+    r = cli("prompts", "-f", "equations", "--n", "1", "--out", tmp_path / "d")
+    assert r.code == 2 and one_error(r.err) and f"{tmp_path / 'd'} is a folder" in r.err and ".tmp" not in r.err

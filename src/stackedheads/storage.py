@@ -39,7 +39,9 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     path = Path(path)
     if path.is_symlink():  # a rename would replace the link itself, leaving its target as it was
         raise UsageError(f"{path} is a symbolic link: writing would replace the link, not its target; give the target's path")
-    if path.exists() and not path.is_file() and not path.is_dir():
+    if path.is_dir():  # the rename would fail naming our temp file, not the user's path
+        raise UsageError(f"{path} is a folder: give a file's path")
+    if path.exists() and not path.is_file():
         # A device or FIFO (/dev/null, a pipe): renaming a temp file over it would turn it into a
         # regular file, so the bytes go through it as a shell redirect sends them.
         with open(path, "wb") as f:

@@ -169,6 +169,8 @@ def out_path(value) -> Path:
     path = Path(text)
     if path.resolve() == Path(path.resolve().anchor):
         raise typer.BadParameter(f"{text} is the filesystem root: give a folder under it")
+    if path.is_symlink() and not path.exists():  # mkdir would say "File exists" of a path that is not there
+        raise typer.BadParameter(f"{text} is a symbolic link to a path that does not exist: give a real path")
     return path
 
 
