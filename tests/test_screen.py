@@ -276,3 +276,21 @@ def test_a_result_in_pieces_publishes_into_a_group_the_report_reads(pieces, tmp_
     (before,), (after,) = seeds.collect_seeds([root / "split"]), seeds.collect_seeds([published])
     assert [(r.seed, r.final_val_loss, r.loss_drops) for r in before.rows] == [(r.seed, r.final_val_loss, r.loss_drops) for r in after.rows]
     assert [ref["name"] for ref in references.load_all(results)] == ["float32"]
+
+
+def test_a_result_from_pieces_on_two_devices_names_both(pieces, tmp_path):
+    """A CPU seed beside GPU seeds (issue 39's float32 choice) is one result, shown as both."""
+    import json
+    import shutil
+
+    root, _ = pieces
+    shutil.copytree(root / "split", tmp_path / "split")
+    piece = tmp_path / "split" / "emergence" / "runs" / f"{EMERGENCE_RUN}-seed1"
+    for name in ("config.json", "summary.json"):
+        d = json.loads((piece / name).read_text())
+        (d["config"] if name == "summary.json" else d)["device"] = "cuda"
+        (piece / name).write_text(json.dumps(d))
+    (run,) = seeds.collect_seeds([tmp_path / "split"])
+    assert run.recipe["device"] == "cpu+cuda" and [r.seed for r in run.rows] == ["0", "1"]
+    (alone,) = seeds.collect_seeds([root / "split"])
+    assert alone.recipe["device"] == "cpu"

@@ -44,6 +44,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from stackedheads.errors import UsageError
 
@@ -308,9 +309,15 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> T
         if mask is None:
             mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
         return causal_softmax(q, k, mask).to(v.dtype) @ v
-    if mask is None:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    # Not cuDNN's kernel: its backward failed at the sec9 shape on an H200 in bfloat16 (torch
+    # 2.11, "mha_graph.execute(...).is_good()"); flash and memory-efficient cover these shapes.
+    with sdpa_kernel(SDPA_BACKENDS):
+        if mask is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 def broadcast_pattern(pattern: Tensor, shape: tuple[int, int, int, int, int]) -> Tensor:

@@ -81,5 +81,8 @@ def combine(pieces: list[tuple[Path, dict]]) -> dict | None:
     seeds = sorted(seen, key=int)
     merged = {seed: next(s["seeds"][seed] for d, s in pieces if seed in s["seeds"]) for seed in seeds}
     config = {**first["config"], "seeds": [int(x) for x in seeds]}
+    # The config stays the first piece's (a valid TrainConfig); ``devices`` names every piece's
+    # device, the one execution field a reader of the result is shown (a CPU seed beside GPU ones).
+    devices = list(dict.fromkeys(str(s["config"].get("device", "cpu")) for _, s in pieces))
     wall = sum(float(s.get("wall_s") or 0.0) for _, s in pieces)
-    return {**first, "config": config, "seeds": merged, "wall_s": wall, "pieces": [d.name for d, _ in pieces]}
+    return {**first, "config": config, "seeds": merged, "wall_s": wall, "pieces": [d.name for d, _ in pieces], "devices": devices}

@@ -154,12 +154,16 @@ RECIPE_KEYS = ("steps", "batch_size", "lr", "warmup_steps", "schedule", "min_lr_
                "weight_decay", "decay_exempt", "dtype", "device", "n_train", "pe", "in_init", "resid_scale", "pos_embed")
 
 
-def recipe_of(config: dict) -> dict:
+def recipe_of(config: dict, devices: list[str] | None = None) -> dict:
     """What tells recipes apart, from a run's config (as its summary.json holds it; the
     optimiser's, task's and model's settings under their parts, or at the top level in configs
-    written before them). A choice left at None (its first, "as before") is not shown."""
+    written before them). A choice left at None (its first, "as before") is not shown. ``devices``:
+    every piece's device, for a result trained in pieces (:func:`stackedheads.pieces.combine`)."""
     parts = [config.get(p, {}) for p in ("optim", "task", "model")] + [config]
-    return {k: v for k in RECIPE_KEYS if (v := next((p[k] for p in parts if k in p), None)) is not None}
+    recipe = {k: v for k in RECIPE_KEYS if (v := next((p[k] for p in parts if k in p), None)) is not None}
+    if devices:
+        recipe["device"] = "+".join(devices)
+    return recipe
 
 
 def _one_seed(stage: dict, seed: str) -> dict:
@@ -259,7 +263,7 @@ def section_seeds(folder: Path, stage_name: str, label: str) -> RunSeeds | None:
         if section == "sec9" and stage["train"]:
             _from_metrics(row, metrics, train["config"])
         rows.append(row)
-    return RunSeeds(label, str(folder), section, recipe_of(train["config"]), rows,
+    return RunSeeds(label, str(folder), section, recipe_of(train["config"], train.get("devices")), rows,
                     [d.name for d in unfinished(stage_dir, run_name)])
 
 
