@@ -29,8 +29,9 @@ browser:
 	  $(SUDO) apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 
+# Two workers (pytest-xdist), a test module on one: its module-scoped fixtures are built once.
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"

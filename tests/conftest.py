@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+
+# Under pytest-xdist (`make test`: two workers) each worker and what it starts trains on one
+# thread: two workers of two libgomp threads each oversubscribe a 2-core machine, where a
+# thread then spins waiting for a partner that has no core (stackedheads/perf.py). Set before
+# any test module imports torch, which reads it once.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 class CliResult(NamedTuple):  # unpacks as `code, out, err = cli(...)`
@@ -60,6 +68,15 @@ def is_figure(path: Path, min_px: int = 200) -> bool:
         im.verify()
     with Image.open(path) as im:
         return im.format == "PNG" and min(im.size) >= min_px
+
+
+@pytest.fixture
+def no_backoff(monkeypatch):
+    """Retries follow at once: a test of what a failing server's retries end in waits out no
+    backoff (reproduce's default of 5 retries is up to 15.5 s of it)."""
+    from stackedheads.llm.backends import _base
+
+    monkeypatch.setattr(_base, "backoff_delay", lambda *args, **kwargs: 0.0)
 
 
 @pytest.fixture

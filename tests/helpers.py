@@ -1,10 +1,13 @@
-"""Helpers shared by the tests of several modules: a scriptable OpenAI-compatible server on
-127.0.0.1 (never another address), a backend that always answers right, checks that an error
-is one line and that no secret reached a file or the screen, and minimal run folders."""
+"""Helpers shared by the tests of several modules: local HTTP servers on 127.0.0.1 (never
+another address), one of them a scriptable OpenAI-compatible server, a port nobody listens on,
+a backend that always answers right, checks that an error is one line and that no secret
+reached a file or the screen, and minimal run folders."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -32,16 +35,22 @@ def _answer_payload(body: dict, text_of) -> dict:
             "choices": [{"index": 0, "text": " " + text_of(solve(prompt)), "finish_reason": "stop", "logprobs": None}]}
 
 
-class Server:
-    """``reply(n, body, headers) -> (status, headers, bytes) | None`` per request (None: the
-    right answer, ``text_of(solution)``); ``n`` counts requests from 0. The answers come from
-    this module's ``solve`` (a test may monkeypatch it)."""
+# Bounds on waits for a client that is expected to act: they only turn a client that never
+# does (a bug) into a failure, so they are far above anything a loaded machine takes.
+CLIENT_BOUND_S = 120
 
-    def __init__(self, reply=None, text_of=None):
-        self.reply = reply or (lambda n, body, headers: None)
-        self.text_of = text_of or (lambda sol: sol.answer)
-        self.count = 0
-        self.lock = threading.Lock()
+
+class LocalServer:
+    """An HTTP server on 127.0.0.1 at a port the system picks (parallel test workers never
+    share one), answering POSTs in threads while the ``with`` block lasts. It records every
+    request's JSON body and headers; :meth:`wait_for_requests` waits on that record. A
+    subclass answers in :meth:`respond`."""
+
+    def __init__(self):
+        self.requests: list[dict] = []
+        self.headers: list = []  # http.client.HTTPMessage
+        self.cond = threading.Condition()
+        self.closing = threading.Event()  # set when the block ends: held replies go on then
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -50,32 +59,114 @@ class Server:
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with outer.lock:
-                    n = outer.count
-                    outer.count += 1
-                step = outer.reply(n, body, dict(self.headers))
-                if step is None:
-                    step = (200, {"Content-Type": "application/json"}, json.dumps(_answer_payload(body, outer.text_of)).encode())
-                status, headers, payload = step
-                self.send_response(status)
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                with outer.cond:
+                    n = len(outer.requests)
+                    outer.requests.append(body)
+                    outer.headers.append(self.headers)  # names case-insensitive
+                    outer.cond.notify_all()
+                try:
+                    outer.respond(self, n, body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up first (the timeout tests)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
+    @property
+    def count(self) -> int:
+        return len(self.requests)
+
+    def respond(self, handler: BaseHTTPRequestHandler, n: int, body: dict) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def send(handler: BaseHTTPRequestHandler, status: int, headers: dict, payload: bytes) -> None:
+        handler.send_response(status)
+        for k, v in headers.items():
+            handler.send_header(k, v)
+        handler.send_header("Content-Length", str(len(payload)))
+        handler.end_headers()
+        handler.wfile.write(payload)
+
+    def wait_for_requests(self, n: int) -> None:
+        """Until the server has read ``n`` requests (a client that timed out has sent them,
+        but the server may not have accepted them yet)."""
+        with self.cond:
+            assert self.cond.wait_for(lambda: len(self.requests) >= n, timeout=CLIENT_BOUND_S), \
+                f"{len(self.requests)} requests, not {n}"
+
     def __enter__(self):
         self.thread.start()
         return self
 
     def __exit__(self, *exc):
+        self.closing.set()
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class Server(LocalServer):
+    """A scriptable OpenAI-compatible server. ``reply(n, body, headers) -> (status, headers,
+    bytes) | None`` per request (None: the right answer, ``text_of(solution)``); ``n`` counts
+    requests from 0. The answers come from this module's ``solve`` (a test may monkeypatch it).
+
+    Requests that must overlap or time out wait on events, never on the clock: with
+    ``together=k`` each reply waits until k requests are in flight at once (a barrier); with
+    ``hold=True`` none is answered before the server closes."""
+
+    def __init__(self, reply=None, text_of=None, together: int | None = None, hold: bool = False):
+        super().__init__()
+        self.reply = reply or (lambda n, body, headers: None)
+        self.text_of = text_of or (lambda sol: sol.answer)
+        self.barrier = threading.Barrier(together, timeout=CLIENT_BOUND_S) if together else None
+        self.hold = hold
+        self.inflight = self.max_inflight = 0
+
+    @property
+    def auth(self) -> list[str]:
+        return [h.get("Authorization", "") for h in self.headers]
+
+    def respond(self, handler, n, body):
+        with self.cond:
+            self.inflight += 1
+            self.max_inflight = max(self.max_inflight, self.inflight)
+        try:
+            step = self.reply(n, body, dict(self.headers[n]))
+            if self.barrier is not None:
+                self.barrier.wait()
+            if self.hold:
+                self.closing.wait()
+            if step is None:
+                step = (200, {"Content-Type": "application/json"}, json.dumps(_answer_payload(body, self.text_of)).encode())
+            self.send(handler, *step)
+        finally:
+            with self.cond:
+                self.inflight -= 1
+
+
+def fail_first(*steps: tuple[int, dict]):
+    """A reply that answers the first requests with these (status, headers), then rightly."""
+
+    def reply(n, body, headers):
+        if n >= len(steps):
+            return None
+        status, headers = steps[n]
+        payload = json.dumps({"error": {"message": "try later", "type": "x"}}).encode()
+        return status, {**headers, "Content-Type": "application/json"}, payload
+
+    return reply
+
+
+@contextlib.contextmanager
+def refused_port():
+    """A port on 127.0.0.1 where nobody listens: bound and never listened on, so a connection
+    is refused at once, and no other test or worker can take it meanwhile (a closed server's
+    port could be handed out again)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]
 
 
 def echo_headers(status: int):

@@ -12,9 +12,7 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -23,6 +21,7 @@ from conftest import is_figure
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from prompt_solver import solve  # noqa: E402
+from helpers import Server, fail_first, refused_port  # noqa: E402
 
 from stackedheads.errors import UsageError  # noqa: E402
 from stackedheads.llm import backends, bench, export, models, scoring  # noqa: E402
@@ -335,102 +334,7 @@ def test_other_settings_in_same_folder_refused(tmp_path):
         bench.run_bench(SolverModel(model="other"), cfg, tmp_path)
 
 
-# --- a real local OpenAI-compatible HTTP server ------------------------------------------------------
-
-
-class FakeOpenAIServer:
-    """http.server in a thread speaking just enough of the OpenAI API: answers by solving the
-    prompt; ``script`` is a list of (status, headers) returned before the real answers.
-
-    Requests that must overlap or time out wait on events, never on the clock: with
-    ``together=k`` each answer waits until k requests are in flight at once (a barrier; a
-    client sending fewer breaks it after 10 s); with ``hold=True`` none is answered before
-    the server closes."""
-
-    def __init__(self, script=(), together: int | None = None, hold: bool = False, answer=None):
-        self.script = list(script)
-        self.barrier = threading.Barrier(together, timeout=10) if together else None
-        self.released = threading.Event()
-        if not hold:
-            self.released.set()
-        self.answer = answer or (lambda sol: sol.answer)
-        self.requests: list[dict] = []
-        self.auth: list[str] = []
-        self.inflight = self.max_inflight = 0
-        self.lock = threading.Condition()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):  # keep test output clean
-                pass
-
-            def do_POST(self):
-                try:
-                    self._post()
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up first (the timeout test)
-
-            def _post(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with outer.lock:
-                    outer.requests.append(body)
-                    outer.auth.append(self.headers.get("Authorization", ""))
-                    step = outer.script.pop(0) if outer.script else None
-                    outer.inflight += 1
-                    outer.max_inflight = max(outer.max_inflight, outer.inflight)
-                    outer.lock.notify_all()
-                try:
-                    if outer.barrier is not None:
-                        outer.barrier.wait()
-                    outer.released.wait()
-                    if step is not None:
-                        status, headers = step
-                        payload = json.dumps({"error": {"message": "try later", "type": "x"}}).encode()
-                        self.send_response(status)
-                        for k, v in headers.items():
-                            self.send_header(k, v)
-                        self.send_header("Content-Type", "application/json")
-                        self.send_header("Content-Length", str(len(payload)))
-                        self.end_headers()
-                        self.wfile.write(payload)
-                        return
-                    if self.path.endswith("/chat/completions"):
-                        text = outer.answer(solve(body["messages"][-1]["content"]))
-                        out = {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
-                               "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
-                    else:
-                        prompt = body["prompt"].rsplit("Question: ", 1)[1][: -len("\nAnswer:")]
-                        text = " " + outer.answer(solve(prompt))
-                        out = {"id": "c", "object": "text_completion", "created": 0, "model": body["model"],
-                               "choices": [{"index": 0, "text": text, "finish_reason": "stop", "logprobs": None}]}
-                    payload = json.dumps(out).encode()
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
-                finally:
-                    with outer.lock:
-                        outer.inflight -= 1
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def wait_for_requests(self, n: int) -> None:
-        """Until the server has read ``n`` requests (a client that timed out has sent them,
-        but the server may not have accepted them yet)."""
-        with self.lock:  # the server's condition; the bound only turns a request never sent into a failure
-            assert self.lock.wait_for(lambda: len(self.requests) >= n, timeout=10), f"{len(self.requests)} requests, not {n}"
-
-    def __exit__(self, *exc):
-        self.released.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+# --- a real local OpenAI-compatible HTTP server (tests/helpers.py) -------------------------------
 
 
 def _complete(backend: OpenAIBackend, req) -> Generation:
@@ -452,7 +356,7 @@ def _one_request(backend: OpenAIBackend, q=None) -> Generation:
 
 def test_openai_retries_429_honouring_retry_after(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    with FakeOpenAIServer(script=[(429, {"Retry-After": "0.4"})]) as srv:
+    with Server(fail_first((429, {"Retry-After": "0.4"}))) as srv:
         backend = OpenAIBackend("m", srv.url, max_retries=3, backoff_base=0.01)
         t0 = time.perf_counter()
         gen = _one_request(backend)
@@ -464,10 +368,10 @@ def test_openai_retries_429_honouring_retry_after(monkeypatch):
 
 def test_openai_retries_5xx_then_gives_up(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    with FakeOpenAIServer(script=[(503, {}), (500, {})]) as srv:
+    with Server(fail_first((503, {}), (500, {}))) as srv:
         gen = _one_request(OpenAIBackend("m", srv.url, mode="completion", max_retries=2, backoff_base=0.01))
     assert gen.retries == 2 and len(srv.requests) == 3
-    with FakeOpenAIServer(script=[(500, {})] * 5) as srv:
+    with Server(fail_first(*[(500, {})] * 5)) as srv:
         with pytest.raises(BackendError, match="giving up after 2 attempts"):
             _one_request(OpenAIBackend("m", srv.url, max_retries=1, backoff_base=0.01))
     assert len(srv.requests) == 2
@@ -475,13 +379,13 @@ def test_openai_retries_5xx_then_gives_up(monkeypatch):
 
 def test_openai_no_retry_on_400(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    with FakeOpenAIServer(script=[(400, {})]) as srv:
+    with Server(fail_first((400, {}))) as srv:
         with pytest.raises(BackendError, match="HTTP 400"):
             _one_request(OpenAIBackend("m", srv.url, max_retries=3, backoff_base=0.01))
     assert len(srv.requests) == 1
 
 
-def expire_when_server_has(srv: FakeOpenAIServer):
+def expire_when_server_has(srv: Server):
     """A deadline for OpenAIBackend._deadline that passes once the server holds the attempt's
     request: under load a 0.1 s timeout gave up before the retry reached the server (issue 42)."""
     attempts = []
@@ -501,11 +405,9 @@ def expire_when_server_has(srv: FakeOpenAIServer):
 
 def test_openai_connection_errors_and_timeouts(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    with FakeOpenAIServer() as srv:
-        url = srv.url
-    with pytest.raises(BackendError, match="giving up after 3 attempts"):  # nobody listens now
-        _one_request(OpenAIBackend("m", url, max_retries=2, backoff_base=0.01))
-    with FakeOpenAIServer(hold=True) as srv:
+    with refused_port() as port, pytest.raises(BackendError, match="giving up after 3 attempts"):
+        _one_request(OpenAIBackend("m", f"http://127.0.0.1:{port}/v1", max_retries=2, backoff_base=0.01))
+    with Server(hold=True) as srv:
         backend = OpenAIBackend("m", srv.url, max_retries=1, backoff_base=0.01)
         monkeypatch.setattr(backend, "_deadline", expire_when_server_has(srv))
         with pytest.raises(BackendError, match="giving up after 2 attempts: Timeout"):
@@ -528,7 +430,7 @@ def test_backoff_delay():
 def test_openai_concurrency_overlaps_requests(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     cfg = BenchConfig(formulations=("equations",), depths=(1,), n=8, max_draws=1, temperature=0)
-    with FakeOpenAIServer(together=4) as srv:
+    with Server(together=4) as srv:
         res = bench.run_bench(OpenAIBackend("m", srv.url, concurrency=4), cfg, tmp_path)
     # Each answer waited until four requests were in flight at once (a barrier, not a delay:
     # a loaded machine cannot make it flaky); a fifth was never sent before one was answered.
@@ -541,7 +443,7 @@ def test_cli_never_writes_the_api_key(tmp_path, monkeypatch, cli):
     secret = "sk-fake-SECRET-4242424242"
     monkeypatch.setenv("MY_KEY", secret)
     out = tmp_path / "run"
-    with FakeOpenAIServer() as srv:
+    with Server() as srv:
         args = ["llm-bench", "--backend", "openai", "--model", "m", "--base-url", srv.url,
                 "--api-key-env", "MY_KEY", "--formulation", "equations,kingdoms", "--n", "3",
                 "--few-shot", "1", "--out", str(out), "--concurrency", "2"]
@@ -751,21 +653,21 @@ def test_a_bad_base_url_is_one_line_and_writes_nothing(tmp_path, url, cli):
     assert not (tmp_path / "rep").exists()
 
 
-def test_a_key_in_the_base_url_query_is_never_written_or_shown(tmp_path, monkeypatch, cli):
+def test_a_key_in_the_base_url_query_is_never_written_or_shown(tmp_path, monkeypatch, cli, no_backoff):
     """Issue 27: ``--base-url ...?api-key=KEY`` went to config.json and into error messages."""
     from stackedheads import errors
 
     monkeypatch.setattr(errors, "_SECRETS", set())  # what this test registers stays here
     key = "qs-SECRET-5151515151"
-    with FakeOpenAIServer() as srv:
-        url = f"{srv.url}?api-key={key}&x=1"  # nobody listens once the server is closed
-    code, out, stderr = cli(*_bench_args(tmp_path / "bench", "--base-url", url))
-    assert code == 1 and "giving up" in stderr, stderr
-    config = json.loads((tmp_path / "bench" / "config.json").read_text())
-    assert config["invocations"][0]["backend"]["base_url"].endswith("/v1?api-key=***&x=1")
-    code, out2, stderr2 = cli("reproduce", "--preset", "smoke", "--out", str(tmp_path / "rep"), "--skip", "theory",
-                              "--skip", "prompts", "--skip", "figure4", "--skip", "circuits", "--skip", "emergence",
-                              "--llm-backend", "openai", "--llm-model", "m", "--llm-base-url", url)
+    with refused_port() as port:
+        url = f"http://127.0.0.1:{port}/v1?api-key={key}&x=1"
+        code, out, stderr = cli(*_bench_args(tmp_path / "bench", "--base-url", url))
+        assert code == 1 and "giving up" in stderr, stderr
+        config = json.loads((tmp_path / "bench" / "config.json").read_text())
+        assert config["invocations"][0]["backend"]["base_url"].endswith("/v1?api-key=***&x=1")
+        code, out2, stderr2 = cli("reproduce", "--preset", "smoke", "--out", str(tmp_path / "rep"), "--skip", "theory",
+                                  "--skip", "prompts", "--skip", "figure4", "--skip", "circuits", "--skip", "emergence",
+                                  "--llm-backend", "openai", "--llm-model", "m", "--llm-base-url", url)
     assert code == 1 and "giving up" in stderr2, stderr2
     for text in (out, stderr, out2, stderr2):
         assert key not in text
@@ -785,7 +687,7 @@ def test_a_key_equal_to_an_answer_word_costs_no_answer(tmp_path, monkeypatch, cl
     key = next(q.answer for q in questions if len(q.answer) >= errors.MIN_SECRET_CHARS)
     monkeypatch.setenv("OPENAI_API_KEY", key)
     out = tmp_path / "bench"
-    with FakeOpenAIServer() as srv:
+    with Server() as srv:
         code, stdout, stderr = cli("llm-bench", "--backend", "openai", "--model", "m", "--base-url", srv.url,
                                    "--formulation", "lives-with", "--n", "12", "--max-draws", "1", "--out", str(out))
     assert code == 0, stderr
@@ -814,7 +716,7 @@ def test_an_html_reply_is_not_called_json(monkeypatch):
 # run folder's lock, against a scriptable server (tests/helpers.py)
 
 import helpers  # noqa: E402
-from helpers import BENCH, FIXED_CFG, SECRET, URL_PASSWORD, Fixed, Server, assert_nowhere, echo_headers, one_error  # noqa: E402
+from helpers import BENCH, FIXED_CFG, SECRET, URL_PASSWORD, Fixed, assert_nowhere, echo_headers, one_error  # noqa: E402
 
 
 def test_error_echoing_headers_never_shows_the_key(tmp_path, monkeypatch, cli):

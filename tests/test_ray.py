@@ -4,7 +4,6 @@ is retried and resumes from its checkpoint."""
 import os
 import signal
 import threading
-import time
 
 import pytest
 
@@ -14,7 +13,6 @@ from stackedheads import presets, sweep  # noqa: E402
 from stackedheads.claims import sec7  # noqa: E402
 from stackedheads.errors import UsageError  # noqa: E402
 from stackedheads.executors import LocalExecutor, RayExecutor, make_executor  # noqa: E402
-from stackedheads.training import list_checkpoints  # noqa: E402
 
 pytestmark = pytest.mark.slow  # real subprocesses, servers or whole pipelines: `make test-fast` skips them
 
@@ -45,31 +43,61 @@ def test_ray_sweep_is_identical_to_local(cluster, tmp_path):
     assert pids and all(f'"pid": {os.getpid()},' not in line for line in pids)
 
 
-def test_killed_worker_is_retried_and_resumes(cluster, tmp_path):
-    base = presets.SMOKE.override(steps=400, ckpt_every=25, eval_every=25, d_model=32, n_heads=4, batch_size=64)
+def _stall_first_attempt(run_job, victim: str, fifo):
+    """``run_job`` wrapped for the Ray workers: the first attempt of job ``victim`` writes its
+    pid into ``fifo`` once its first checkpoint is on disk (blocking until the test reads it)
+    and then never finishes, so the test kills it past a known point, never after a guessed
+    delay, and the job cannot end first. A local function, so Ray ships it by value (workers
+    cannot import this module)."""
+
+    def stalling(job, out, *args):
+        import os
+        import threading
+        from pathlib import Path
+
+        from stackedheads import executors
+        from stackedheads.training import checkpoints
+
+        if job.name == victim and not (executors.run_dir(Path(out), job) / "attempts.jsonl").exists():
+            write = checkpoints.write_checkpoint
+
+            def write_then_stall(*a, **k):
+                write(*a, **k)
+                fifo.write_text(str(os.getpid()))
+                threading.Event().wait()
+
+            checkpoints.write_checkpoint = write_then_stall
+        return run_job(job, out, *args)
+
+    return stalling
+
+
+def test_killed_worker_is_retried_and_resumes(cluster, tmp_path, monkeypatch):
+    from stackedheads import executors
+
+    base = presets.SMOKE.override(steps=100, ckpt_every=25, eval_every=25)
     spec = sweep.Figure4Spec("kill-test", base, 2, 2, (2,), (0, 1))
     victim = tmp_path / "ray" / "runs" / spec.jobs()[0].name
+    fifo = tmp_path / "stalled"
+    os.mkfifo(fifo)
     killed = {}
 
     def kill_after_first_checkpoint():
-        deadline = time.time() + 90
-        while time.time() < deadline:
-            attempts = victim / "attempts.jsonl"
-            if attempts.exists() and list_checkpoints(victim):
-                pid = int(attempts.read_text().splitlines()[0].split('"pid": ')[1].split(",")[0])
-                if not (victim / "summary.json").exists():
-                    os.kill(pid, signal.SIGKILL)
-                    killed["pid"] = pid
-                return
-            time.sleep(0.01)
+        pid = int(fifo.read_text())  # opens when the worker does
+        os.kill(pid, signal.SIGKILL)
+        killed["pid"] = pid
 
-    watcher = threading.Thread(target=kill_after_first_checkpoint)
+    # A daemon: were the job to fail before its checkpoint, nothing would open the FIFO.
+    watcher = threading.Thread(target=kill_after_first_checkpoint, daemon=True)
     watcher.start()
-    sweep.run_figure4(spec, tmp_path / "ray", cluster)
+    with monkeypatch.context() as m:
+        m.setattr(executors, "run_job", _stall_first_attempt(executors.run_job, victim.name, fifo))
+        sweep.run_figure4(spec, tmp_path / "ray", cluster)
     watcher.join()
     assert "pid" in killed, "the job finished before its worker could be killed"
     lines = (victim / "attempts.jsonl").read_text().splitlines()
     assert len(lines) == 2, lines
+    assert f'"pid": {killed["pid"]},' in lines[0]
     assert '"resumed_from": 0' in lines[0] and '"resumed_from": 0' not in lines[1]
     sweep.run_figure4(spec, tmp_path / "local", LocalExecutor())
     assert read(tmp_path / "ray" / "summary.csv") == read(tmp_path / "local" / "summary.csv")
@@ -98,14 +126,12 @@ def test_cli_ray_executor_matches_local(tmp_path):
 
 # --- An unreachable cluster
 
-from helpers import Server  # noqa: E402
+from helpers import refused_port  # noqa: E402
 
 
 def test_unreachable_ray_address_fails_fast(capsys):
     pytest.importorskip("ray")
     from stackedheads.executors import RayExecutor
 
-    with Server() as srv:
-        port = srv.port
-    with pytest.raises(UsageError, match="cannot reach the Ray cluster at 127.0.0.1"):  # nobody listens now
+    with refused_port() as port, pytest.raises(UsageError, match="cannot reach the Ray cluster at 127.0.0.1"):
         RayExecutor(f"127.0.0.1:{port}")

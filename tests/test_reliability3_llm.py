@@ -9,15 +9,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from helpers import one_error  # noqa: E402
+from helpers import LocalServer, Server, one_error  # noqa: E402
 
 from stackedheads.errors import UsageError  # noqa: E402
 from stackedheads.perf import MAX_THREADS_PER_CORE, available_cores  # noqa: E402
@@ -159,6 +157,9 @@ def test_ctrl_c_stops_the_in_process_model_mid_answer(tmp_path):
         [sys.executable, "-c", _ENDLESS, "llm-bench", "--backend", "llamacpp", "--model", str(gguf),
          "-f", "equations", "--n", "12", "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # A test run started in the background inherits SIGINT ignored (POSIX shells do that to
+        # background jobs): the signal was lost and the test waited out its bound.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert proc.stdout.readline() == "generating\n"  # the first answer is being generated
@@ -197,48 +198,25 @@ def test_a_prompt_longer_than_the_context_is_one_line(tmp_path, cli):
 # --- 43.6: the timeout bounds the whole request -------------------------------------------------
 
 
-class DripServer:
+class DripServer(LocalServer):
     """Answers 200 with a Content-Length, then one body byte every ``every`` s: each read
     arrives well within any per-read timeout, so only a bound on the whole request stops it.
-    The test sets ``stop`` when it is done, which ends the drip."""
+    The drip ends when the server closes."""
 
     def __init__(self, every: float = 0.2, body: bytes = b"{" + b" " * 60 + b"}"):
-        self.stop = threading.Event()
-        self.requests = 0
-        outer = self
+        super().__init__()
+        self.every, self.body = every, body
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                self.rfile.read(int(self.headers["Content-Length"]))
-                outer.requests += 1
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                try:
-                    for i in range(len(body)):
-                        self.wfile.write(body[i:i + 1])
-                        self.wfile.flush()
-                        if outer.stop.wait(every):  # the server's pace, not the test's wait
-                            return
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up: what the test wants
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    def respond(self, handler, n, body):
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(self.body)))
+        handler.end_headers()
+        for i in range(len(self.body)):
+            handler.wfile.write(self.body[i:i + 1])
+            handler.wfile.flush()
+            if self.closing.wait(self.every):  # the server's pace, not the test's wait
+                return
 
 
 def test_timeout_bounds_the_whole_request_not_each_read(monkeypatch):
@@ -250,21 +228,23 @@ def test_timeout_bounds_the_whole_request_not_each_read(monkeypatch):
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     with DripServer() as srv:
+        backend = OpenAIBackend("m", srv.url, timeout=1.0, max_retries=0)
+        # Only the bound under test ends the request: the client's per-read timeout (also 1 s)
+        # could win were the drip stalled for a second on a loaded machine.
+        backend._client = backend._client.with_options(timeout=600)
         with pytest.raises(BackendError, match=r"giving up after 1 attempts: Timeout: no whole reply within 1 s"):
-            _one_request(OpenAIBackend("m", srv.url, timeout=1.0, max_retries=0))
-    assert srv.requests == 1
+            _one_request(backend)
+    assert srv.count == 1
 
 
 # --- 43.13: a fragment in the base URL ------------------------------------------------------------
 
 
 def test_a_fragment_in_the_base_url_is_redacted_like_the_query(tmp_path, monkeypatch, cli):
-    from test_llm import FakeOpenAIServer
-
     secret = "tokenINfragment-0123456789"
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key-0000")
     out = tmp_path / "b"
-    with FakeOpenAIServer() as srv:
+    with Server() as srv:
         code, stdout, err = cli("llm-bench", "--backend", "openai", "--model", "m", "-f", "equations", "-d", "1",
                                 "--n", "1", "--max-draws", "1", "--base-url", f"{srv.url}#{secret}", "--out", out)
     assert code == 0, err
@@ -653,8 +633,6 @@ def test_claims_refuse_an_impossible_loss_and_rewrite_nothing(smoke_sweep, tmp_p
 
 def test_a_key_equal_to_an_answer_word_is_stored_as_a_hash_not_as_stars(tmp_path, monkeypatch, cli):
     """samples.jsonl stored that answer as ***: which answer was given was lost."""
-    from test_llm import FakeOpenAIServer
-
     from stackedheads import errors
     from stackedheads.llm.compare import load_run
     from stackedheads.tasks.prompts import generate_many
@@ -664,7 +642,7 @@ def test_a_key_equal_to_an_answer_word_is_stored_as_a_hash_not_as_stars(tmp_path
     key = next(q.answer for q in questions if len(q.answer) >= errors.MIN_SECRET_CHARS)
     monkeypatch.setenv("OPENAI_API_KEY", key)
     out = tmp_path / "bench"
-    with FakeOpenAIServer() as srv:
+    with Server() as srv:
         code, _, err = cli("llm-bench", "--backend", "openai", "--model", "m", "--base-url", srv.url,
                            "--formulation", "lives-with", "--n", "12", "--max-draws", "1", "--out", out)
     assert code == 0, err

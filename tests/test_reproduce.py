@@ -331,24 +331,23 @@ def test_a_reproduce_config_of_the_wrong_shape_says_so(tmp_path, change, cli):
 
 # --- Secrets, damaged state, locks, interrupts and options validated before writing
 
-from helpers import SECRET, URL_PASSWORD, Server, assert_nowhere, echo_headers, one_error  # noqa: E402
+from helpers import SECRET, URL_PASSWORD, Server, assert_nowhere, echo_headers, one_error, refused_port  # noqa: E402
 
 
 @pytest.mark.slow
-def test_reproduce_server_error_is_one_line_and_secret_free(tmp_path, monkeypatch, cli):
+def test_reproduce_server_error_is_one_line_and_secret_free(tmp_path, monkeypatch, cli, no_backoff):
     """A server that is down (or echoes headers) during `reproduce`: one line, no traceback."""
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    out = tmp_path / "rep"
-    args = ["reproduce", "--preset", "smoke", "--out", str(out), "--llm-backend", "openai", "--llm-model", "m",
+    args = ["reproduce", "--preset", "smoke", "--llm-backend", "openai", "--llm-model", "m",
             "--skip", "figure4", "--skip", "circuits", "--skip", "emergence"]
     with Server(echo_headers(401)) as srv:
         url = f"http://alice:{URL_PASSWORD}@127.0.0.1:{srv.port}/v1"
-        code, stdout, stderr = cli(*args, "--llm-base-url", url)
+        code, stdout, stderr = cli(*args, "--out", tmp_path / "rep", "--llm-base-url", url)
     assert code == 1 and "Traceback" not in stderr
     assert one_error(stderr) and "HTTP 401" in stderr
     assert_nowhere([SECRET, URL_PASSWORD], tmp_path, stdout, stderr)
-    port = srv.port
-    code, stdout, stderr = cli(*args, "--llm-base-url", f"http://127.0.0.1:{port}/v1")  # nobody listens now
+    with refused_port() as port:  # another folder: the recorded server is part of a run's settings
+        code, stdout, stderr = cli(*args, "--out", tmp_path / "down", "--llm-base-url", f"http://127.0.0.1:{port}/v1")
     assert code == 1 and "Traceback" not in stderr and one_error(stderr)
     assert "giving up" in stderr
 

@@ -4,7 +4,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import replace
 
 import pytest
@@ -74,24 +73,40 @@ def test_interrupted_run_resumes_to_identical_numbers(tmp_path):
         assert s["commit"] == git_commit() and s["dirty"] in (True, False, None)
 
 
+# `stackedheads train` whose first checkpoint write, once on disk, says so and never returns:
+# training goes on to the next checkpoint (writing metrics past the first) and waits there, so
+# the test kills it past a known point, never after a guessed delay, and it cannot finish first.
+_STALL_AFTER_FIRST_CHECKPOINT = """
+import sys, threading
+from stackedheads.cli import main  # first: it sets the OpenMP policy before torch loads
+from stackedheads.training import checkpoints
+
+write = checkpoints.write_checkpoint
+
+def write_then_stall(*args, **kwargs):
+    write(*args, **kwargs)
+    print("checkpointed", flush=True)
+    threading.Event().wait()
+
+checkpoints.write_checkpoint = write_then_stall
+main(sys.argv[1:])
+"""
+
+
 @pytest.mark.slow
 def test_killed_process_resumes_exactly(tmp_path):
     """SIGKILL a real `stackedheads train` after its first checkpoint, run it again, compare."""
-    args = [
-        sys.executable, "-m", "stackedheads", "train", "--preset", "smoke", "--steps", "400",
-        "--ckpt-every", "50", "--eval-every", "25", "--seeds", "0,1",
-    ]
+    args = ["train", "--preset", "smoke", "--steps", "150", "--ckpt-every", "50", "--eval-every", "25", "--seeds", "0,1"]
     full, killed = tmp_path / "full", tmp_path / "killed"
-    subprocess.run([*args, "--out", str(full)], check=True, capture_output=True)
-    proc = subprocess.Popen([*args, "--out", str(killed)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 60
-    while not list_checkpoints(killed) and time.time() < deadline:
-        time.sleep(0.02)
+    subprocess.run([sys.executable, "-m", "stackedheads", *args, "--out", str(full)], check=True, capture_output=True)
+    proc = subprocess.Popen([sys.executable, "-c", _STALL_AFTER_FIRST_CHECKPOINT, *args, "--out", str(killed)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert "checkpointed\n" in iter(proc.stdout.readline, "")
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert list_checkpoints(killed), "the run never reached its first checkpoint"
     assert not (killed / "summary.json").exists(), "the run finished before it was killed"
-    r = subprocess.run([*args, "--out", str(killed)], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "stackedheads", *args, "--out", str(killed)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert metric_rows(killed) == metric_rows(full)
 
@@ -151,9 +166,9 @@ def test_bad_train_config(kwargs):
 
 
 @pytest.mark.slow
-def test_train_cli_bad_input_is_one_line():
+def test_train_cli_bad_input_is_one_line(tmp_path):
     r = subprocess.run(
-        [sys.executable, "-m", "stackedheads", "train", "--out", "/tmp/never", "--preset", "smoke", "--dims", "3"],
+        [sys.executable, "-m", "stackedheads", "train", "--out", str(tmp_path / "never"), "--preset", "smoke", "--dims", "3"],
         capture_output=True, text=True,
     )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "dims" in r.stderr
@@ -244,24 +259,38 @@ from helpers import one_error  # noqa: E402
 from stackedheads import storage  # noqa: E402
 
 
+# `stackedheads train` that says on stdout when its first evaluation is done (training under way).
+_SAY_WHEN_TRAINING = """
+import sys
+from stackedheads.cli import main  # first: it sets the OpenMP policy before torch loads
+from stackedheads.training import loop
+
+evaluate = loop.evaluate
+
+def say_when_training(*args, **kwargs):
+    if loop.evaluate is say_when_training:
+        loop.evaluate = evaluate
+        print("training", flush=True)
+    return evaluate(*args, **kwargs)
+
+loop.evaluate = say_when_training
+main(sys.argv[1:])
+"""
+
+
 @pytest.mark.slow
 def test_sigint_during_train_is_one_line(tmp_path):
     out = tmp_path / "run"
     p = subprocess.Popen(
-        [sys.executable, "-m", "stackedheads", "train", "--preset", "smoke", "--steps", "1000000", "--out", str(out)],
+        [sys.executable, "-c", _SAY_WHEN_TRAINING, "train", "--preset", "smoke", "--steps", "1000000", "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
         # A test run started in the background inherits SIGINT ignored (POSIX shells do that to
         # background jobs); the user's terminal never does.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    deadline = time.time() + 120
-    while time.time() < deadline and p.poll() is None:
-        metrics = out / "metrics.csv"
-        if metrics.exists() and metrics.read_text().count("\n") >= 3:  # training is under way
-            break
-        time.sleep(0.2)
     stderr = ""
     try:
+        assert p.stdout.readline() == "training\n"
         for _ in range(3):  # Python drops a Ctrl-C that lands in a weakref callback: press it again
             p.send_signal(signal.SIGINT)
             try:
