@@ -16,13 +16,14 @@ each (bfloat16 autocast is slower than float32 there: its casts are more launche
 Environment: SCREEN_PRESET (sec9), SCREEN_DEVICE (cuda), SCREEN_ROOT (/tmp/screen),
 SCREEN_EXTRA (more train options for every run), SCREEN_CHECK0 (first check, s: 60).
 """
-import csv
 import os
 import subprocess
 import sys
 import tarfile
 import time
 from pathlib import Path
+
+from stackedheads.training.metrics import read_metrics
 
 OUT, DEADLINE = Path(sys.argv[1]), float(sys.argv[2])
 RUNS = [(a.split(":") + ["float32"])[:3] for a in sys.argv[3:]]
@@ -56,9 +57,8 @@ for recipe, seeds, dtype in RUNS:
 def progress(name):
     """(last step, steps per second over the last 30 s of the run's own clock), or None."""
     try:
-        rows = list(csv.DictReader(open(ROOT / name / "metrics.csv")))
-        pts = sorted({(int(r["step"]), float(r["wall_s"])) for r in rows})
-    except (OSError, ValueError, KeyError):  # not yet written, or a row half-written
+        pts = sorted({(int(r["step"]), float(r["wall_s"])) for r in read_metrics(ROOT / name)})
+    except Exception:  # not yet written, or a row half-written: judged at the next check
         return None
     if len(pts) < 2:
         return None
