@@ -99,11 +99,8 @@ class Forced(EnsembleTransformer):
     def _forced(self, meta):
         return pattern_hooks(replaced_patterns(self.circuit, meta))
 
-    def run_with_hooks(self, x, meta=None, fwd_hooks=()):
-        return super().run_with_hooks(x, meta, [*self._forced(meta), *fwd_hooks])
-
-    def run_with_cache(self, x, meta=None, names=None, fwd_hooks=()):
-        return super().run_with_cache(x, meta, names, [*self._forced(meta), *fwd_hooks])
+    def hooks(self, fwd_hooks=(), meta=None):  # every hooked run goes through here (the Ablator's too)
+        return super().hooks([*self._forced(meta), *fwd_hooks], meta)
 
     def member(self, e):
         m = super().member(e)
@@ -469,3 +466,58 @@ def test_discovery_one_seed_at_a_time_gives_the_same_files(tmp_path, cli):
     code, _, err = cli("circuit", "discover", run, "--out", tmp_path / "one", "--seeds", "0", "--threshold", "0.07")
     assert code == 2 and one_error(err) and "seed1/circuit.json was discovered at step 20" in err and "one discovery" in err, err
     assert (tmp_path / "one" / "seed0" / "circuit.json").read_bytes() == before
+
+
+def _oracle_loss(model, batch, task):
+    """Every layer run for every circuit: what the Ablator must give, byte for byte."""
+    def loss(self, circuit, remove=None, strict=False):
+        self.calls += 1
+        return ablated_loss(model, batch, task, replaced_patterns(circuit, batch.meta, remove, strict))
+    return loss
+
+
+def test_the_ablator_gives_the_losses_of_a_full_rerun():
+    """Reusing the stream below the first changed layer changes only the time: over random
+    circuits, removals and anchors, each loss is exactly what running every layer gives."""
+    from stackedheads.circuits.ablate import Ablator
+
+    task = VectorTaskConfig(chains=2, depth=2, dims=4)
+    model = EnsembleTransformer(ModelConfig(n_layers=6, n_heads=2, d_model=32, d_in=task.d_in, d_out=task.d_out,
+                                            n_queries=task.chains), seeds=[3])
+    batch = make_batch(task, range(16), "val")
+    lib = rules.library(task.depth)
+    names = [n for n in lib if not lib[n].measured] + [KEPT] * 6  # kept often: a layer without hooks runs fused
+    gen = torch.Generator().manual_seed(0)
+
+    def pick(seq):
+        return seq[int(torch.randint(len(seq), (1,), generator=gen))]
+
+    circuit = Circuit(task.depth, [HeadSpec.whole(l, h, KEPT) for l in range(6) for h in range(2)])
+    ablator = Ablator(model, batch, task)
+    for _ in range(60):
+        spec = pick(circuit.heads)  # one change at a time, as discovery makes them
+        spec.rules[pick(list(rules.ROLES))] = pick(names)
+        remove = [(spec.layer, spec.head, pick(range(2 * task.depth + 1)))] if pick([0, 1]) else None
+        strict = bool(pick([0, 1]))
+        want = ablated_loss(model, batch, task, replaced_patterns(circuit, batch.meta, remove, strict))
+        assert ablator.loss(circuit, remove, strict) == want
+        if pick([0, 1]):
+            ablator.promote()
+    assert ablator.layers_run < 0.8 * 6 * ablator.calls  # the stream was reused
+
+
+@pytest.mark.slow
+def test_discovery_with_reuse_finds_what_rerunning_every_layer_finds(redundant_model, monkeypatch):
+    """The whole search (paths, redundant groups, simplification) on the Ablator and on a full
+    rerun per trial: the same circuit and the same held-out losses."""
+    from stackedheads.circuits import ablate
+
+    model, task, val = redundant_model
+    cfg = DiscoverConfig(tolerance=0.05)
+    found = discover(model, val, task, cfg)
+    with monkeypatch.context() as m:
+        m.setattr(ablate.Ablator, "loss", lambda self, c, remove=None, strict=False: _oracle_loss(
+            model, self.batch, task)(self, c, remove, strict))
+        again = discover(model, val, task, cfg)
+    assert again.circuit.to_dict() == found.circuit.to_dict()
+    assert found.summary() == again.summary()

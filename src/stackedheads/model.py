@@ -478,6 +478,11 @@ class EnsembleTransformer(nn.Module):
         ``meta`` is not used by the forward pass; it is accepted so every entry point has
         the same signature, and :meth:`run_with_hooks` hands it to the hook functions.
         """
+        return self.run_from(self.embed(x))
+
+    def embed(self, x: Tensor) -> Tensor:
+        """The residual stream entering block 0, (E, B, T, d_model), for inputs as
+        :meth:`forward` takes them."""
         E, cfg = self.n_members, self.config
         if x.ndim == 3:  # one batch for every member (e.g. a shared validation set)
             x = x.unsqueeze(0).expand(E, -1, -1, -1)
@@ -491,9 +496,21 @@ class EnsembleTransformer(nn.Module):
             if x.shape[2] > cfg.n_ctx:
                 raise UsageError(f"inputs of {x.shape[2]} positions exceed the learned position table's {cfg.n_ctx}")
             h = h + self.W_pos[:, None, : x.shape[2]].to(h.dtype)
-        *body, last = self.blocks
+        return h
+
+    def run_from(self, h: Tensor, start: int = 0, streams: list[Tensor] | None = None) -> Tensor:
+        """Blocks ``start``.. on ``h``, the residual stream entering block ``start``, then the
+        readout: (E, B, n_queries, d_out), the bytes :meth:`forward` gives. ``streams`` (a
+        list) receives the stream after each block but the last, which a later call may start
+        from (circuit discovery reruns only the layers after the first it changes)."""
+        cfg = self.config
+        if not 0 <= start < cfg.n_layers:
+            raise UsageError(f"start must be a block index below {cfg.n_layers}, got {start}")
+        *body, last = self.blocks[start:]
         for block in body:
             h = block(h, slow=self.slow_attention)
+            if streams is not None:
+                streams.append(h)
         # Only the N query positions are read out (Sec. 6), so the last block computes only
         # their rows, unless a hook there wants every row.
         full = self.slow_attention or last.observed

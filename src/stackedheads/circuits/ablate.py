@@ -25,6 +25,7 @@ any other until its removal is shown to be harmless.
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -269,24 +270,33 @@ def replaced_patterns(
     ``strict`` makes ``kept`` rows uniform too: the combined ablation with nothing left
     unexplained (step 5).
     """
-    B, T = meta.role.shape
     lib = library(circuit.depth)
-    if remove is not None and len(remove) == 3 and isinstance(remove[0], int):
-        remove = [remove]
-    removals = [tuple(r) for r in (remove or [])]
+    removals = _removals(remove)
     out: dict[int, dict[int, Replacement]] = {}
     for h in circuit.heads:
-        rules = {r: (UNIFORM if strict and n == KEPT else n) for r, n in h.rules.items()}
-        pat, rows = head_pattern(rules, meta, lib, h.maps)
-        for layer, head, src in removals:
-            if (layer, head) != (h.layer, h.head):
-                continue
-            gone = s_index(meta) == src
-            pat = torch.where(gone[..., None], uniform_causal(B, T), pat)
-            rows = rows | gone
+        pat, rows = _replacement(h, meta, lib, strict, [src for l, hd, src in removals if (l, hd) == (h.layer, h.head)])
         if rows.any():
             out.setdefault(h.layer, {})[h.head] = (pat, rows)
     return out
+
+
+def _removals(remove: Removal | Sequence[Removal] | None) -> list[Removal]:
+    if remove is not None and len(remove) == 3 and isinstance(remove[0], int):
+        remove = [remove]
+    return [tuple(r) for r in (remove or [])]
+
+
+def _replacement(h: HeadSpec, meta: Meta, lib, strict: bool, removed: Sequence[int]) -> Replacement:
+    """One head's replacement on ``meta``: its rules (``kept`` rows uniform if ``strict``), then
+    the rows of tokens ``s_src`` for each ``src`` in ``removed`` made uniform."""
+    B, T = meta.role.shape
+    rules = {r: (UNIFORM if strict and n == KEPT else n) for r, n in h.rules.items()}
+    pat, rows = head_pattern(rules, meta, lib, h.maps)
+    for src in removed:
+        gone = s_index(meta) == src
+        pat = torch.where(gone[..., None], uniform_causal(B, T), pat)
+        rows = rows | gone
+    return pat, rows
 
 
 def pattern_hooks(patterns: dict[int, dict[int, Replacement]]):
@@ -316,8 +326,98 @@ def ablated_loss(
     if model.n_members != 1:
         raise UsageError("ablations run on one model: use model.member(e)")
     pred = model.run_with_hooks(batch.inputs, batch.meta, pattern_hooks(patterns or {}))  # (1, B, N, d_out)
+    return _losses(pred, batch, task)
+
+
+def _losses(pred: torch.Tensor, batch: Batch, task: VectorTaskConfig) -> tuple[float, list[float]]:
     partial = partial_losses(pred, batch.targets[None], task)[0]
     return float(partial.mean()), [float(p) for p in partial]
+
+
+HeadKey = tuple  # what fixes one head's replacement: (head, rules, maps, removed sources)
+
+
+class Ablator:
+    """:func:`ablated_loss` for one member, one batch and many circuits, rerunning only the
+    layers from the first whose replacement differs from a circuit already run.
+
+    Discovery (App. E) tries one change at a time on a circuit it keeps: a rule for one row, a
+    path removed. The residual stream entering layer ``l`` depends only on the replacements of
+    layers below ``l``, so the streams of the circuit kept (the *anchor*, :meth:`promote`) and of
+    the last circuit run are kept, each under its layers' keys (a head's rules, maps and
+    removed rows), and a circuit that agrees with one of them on its first ``l`` layers starts at
+    layer ``l``. Each layer runs the code :meth:`EnsembleTransformer.forward` runs (hooked
+    layers by the explicit pattern, the others fused), on the same inputs, so the losses are the
+    bytes :func:`ablated_loss` gives (tests/test_circuits.py checks this): only the time
+    changes. Head replacements are kept by key too (a few dozen, LRU), as building them costs
+    a tenth of a forward pass at Sec. 9.1's size.
+    """
+
+    PATTERNS = 64  # head replacements kept (each B x T x T floats)
+
+    def __init__(self, model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig) -> None:
+        if model.n_members != 1:
+            raise UsageError("ablations run on one model: use model.member(e)")
+        self.model, self.batch, self.task = model, batch, task
+        self.n_layers = model.config.n_layers
+        with torch.no_grad():
+            self.h0 = model.embed(batch.inputs)
+        # A chain: (the keys of layers 0..n-1, the streams after those layers), n < n_layers.
+        self._last: tuple[list, list[torch.Tensor]] = ([], [])
+        self._anchor: tuple[list, list[torch.Tensor]] = ([], [])
+        self._patterns: OrderedDict[HeadKey, Replacement] = OrderedDict()
+        self.layers_run = 0  # layers computed, over all calls (what the reuse saves is visible)
+        self.calls = 0
+
+    def _keys(self, circuit: Circuit, removals: list[Removal], strict: bool) -> list[list[HeadKey]]:
+        keys: list[list[HeadKey]] = [[] for _ in range(self.n_layers)]
+        for h in circuit.heads:
+            rules = tuple((r, UNIFORM if strict and n == KEPT else n) for r, n in sorted(h.rules.items()))
+            maps = repr(sorted(h.maps.items())) if h.maps else ""
+            removed = tuple(sorted(src for l, hd, src in removals if (l, hd) == (h.layer, h.head)))
+            keys[h.layer].append((h.head, rules, maps, removed))
+        return keys
+
+    def _replacement(self, key: HeadKey, spec: HeadSpec, lib, strict: bool) -> Replacement:
+        got = self._patterns.get(key)
+        if got is None:
+            got = self._patterns[key] = _replacement(spec, self.batch.meta, lib, strict, key[3])
+            if len(self._patterns) > self.PATTERNS:
+                self._patterns.popitem(last=False)
+        else:
+            self._patterns.move_to_end(key)
+        return got
+
+    @torch.no_grad()
+    def loss(self, circuit: Circuit, remove: Removal | Sequence[Removal] | None = None,
+             strict: bool = False) -> tuple[float, list[float]]:
+        """What ``ablated_loss(model, batch, task, replaced_patterns(circuit, meta, remove,
+        strict))`` gives."""
+        keys = self._keys(circuit, _removals(remove), strict)
+        start, streams = 0, []
+        for chain_keys, chain_streams in (self._anchor, self._last):
+            n = 0
+            while n < len(chain_keys) and chain_keys[n] == keys[n]:
+                n += 1
+            if n > start:
+                start, streams = n, chain_streams[:n]
+        lib, specs = library(circuit.depth), {(h.layer, h.head): h for h in circuit.heads}
+        patterns: dict[int, dict[int, Replacement]] = {}
+        for layer in range(start, self.n_layers):
+            for key in keys[layer]:
+                pat, rows = self._replacement(key, specs[layer, key[0]], lib, strict)
+                if rows.any():
+                    patterns.setdefault(layer, {})[key[0]] = (pat, rows)
+        with self.model.hooks(pattern_hooks(patterns), self.batch.meta):
+            pred = self.model.run_from(streams[-1] if streams else self.h0, start, streams)
+        self._last = (keys[: len(streams)], streams)
+        self.layers_run += self.n_layers - start
+        self.calls += 1
+        return _losses(pred, self.batch, self.task)
+
+    def promote(self) -> None:
+        """Keep the last circuit run as the anchor: the circuit the next changes are made to."""
+        self._anchor = self._last
 
 
 @dataclass(frozen=True)
@@ -368,19 +468,21 @@ def loss_table(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig,
     each useful path removed, each row following a measured map removed (made uniform), and
     each redundant group removed together."""
 
-    def row(ablation: Ablation, patterns=None) -> LossRow:
-        return LossRow(ablation, *ablated_loss(model, batch, task, patterns))
+    ablator = Ablator(model, batch, task)  # each removal reruns the layers from its own
 
-    rows = [row(UNABLATED), row(COMBINED, replaced_patterns(circuit, batch.meta, strict=True))]
+    def row(ablation: Ablation, remove=None, strict: bool = False) -> LossRow:
+        return LossRow(ablation, *ablator.loss(circuit, remove, strict))
+
+    rows = [LossRow(UNABLATED, *ablated_loss(model, batch, task)), row(COMBINED, strict=True)]
     if circuit.kept():
-        rows.append(row(COMBINED_KEPT, replaced_patterns(circuit, batch.meta)))
+        rows.append(row(COMBINED_KEPT))
+    ablator.promote()  # the circuit with kept rows left to the head: what each removal changes
     for path in circuit.paths():
-        rows.append(row(Ablation.removed(path), replaced_patterns(circuit, batch.meta, remove=path.removal)))
+        rows.append(row(Ablation.removed(path), path.removal))
     for r in circuit.mapped():  # rows with no path: what removing them breaks
-        gone = [(r.layer, r.head, i) for i in role_sources(r.role, circuit.depth)]
-        rows.append(row(Ablation.removed_row(r), replaced_patterns(circuit, batch.meta, remove=gone)))
+        rows.append(row(Ablation.removed_row(r), [(r.layer, r.head, i) for i in role_sources(r.role, circuit.depth)]))
     for group in circuit.info.redundant_groups:
-        rows.append(row(Ablation.removed(*group), replaced_patterns(circuit, batch.meta, remove=[p.removal for p in group])))
+        rows.append(row(Ablation.removed(*group), [p.removal for p in group]))
     return rows
 
 

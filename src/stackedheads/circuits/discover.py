@@ -68,12 +68,11 @@ from stackedheads.circuits.ablate import (
     COMBINED_KEPT,
     UNABLATED,
     Ablation,
+    Ablator,
     Circuit,
     HeadSpec,
     LossRow,
-    ablated_loss,
     loss_table,
-    replaced_patterns,
 )
 from stackedheads.circuits.diagnose import RowDiagnosis, diagnose_row, is_shortcut, rule_kind
 from stackedheads.circuits.paths import CircuitPath, Link, Row
@@ -242,18 +241,25 @@ class Discovery:
 def discover(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, cfg: DiscoverConfig = DiscoverConfig()) -> Discovery:
     """The circuit of one model (``model.member(e)``) on ``batch`` (validation sequences)."""
     search, check = split(batch)
-    budget, _ = cfg.budgets(ablated_loss(model, search, task)[1])
-    _, cache = model.run_with_cache(search.inputs, search.meta, names=model.pattern_names())
     n_layers, n_heads = model.config.n_layers, model.config.n_heads
     circuit = Circuit(task.depth, [HeadSpec.whole(l, h, KEPT) for l in range(n_layers) for h in range(n_heads)])
+    ablator = Ablator(model, search, task)  # reruns only the layers a trial changes
+    budget, _ = cfg.budgets(ablator.loss(circuit)[1])  # every row kept: the unablated model
+    ablator.promote()
+    _, cache = model.run_with_cache(search.inputs, search.meta, names=model.pattern_names())
     # Heads replaced whole by a baseline (step 1: they follow no rule) stay so: simplify() does
     # not revisit them.
     whole: set[tuple[int, int]] = set()
 
     def fits(remove=None) -> bool:
-        """Every position within budget on the search half, kept rows left to the head."""
-        partial = ablated_loss(model, search, task, replaced_patterns(circuit, search.meta, remove=remove))[1]
-        return all(p <= b for p, b in zip(partial, budget, strict=True))
+        """Every position within budget on the search half, kept rows left to the head. A
+        change that fits is kept (callers undo the others), so its circuit becomes the one the
+        next trials start from."""
+        partial = ablator.loss(circuit, remove=remove)[1]
+        ok = all(p <= b for p, b in zip(partial, budget, strict=True))
+        if ok and remove is None:
+            ablator.promote()
+        return ok
 
     def measure(spec: HeadSpec, role: str, name: str) -> None:
         observed = cache[f"blocks.{spec.layer}.attn.hook_pattern"][0, :, spec.head]
