@@ -370,3 +370,31 @@ def test_the_report_shows_the_diagnosis(tmp_path):
     assert "Shortcut paths (not the paper's content-based retrieval): L2.0 s0->p7 (positional), L4.0 second (attends by position and chain role)" in page
     assert "<td>L3.0 query</td><td>kept</td><td>p7</td><td>positional</td><td class=\"num\">98%</td><td>s+6 51%</td>" in page
     assert "<td>own s6 0.51, other chains' s6 0.47</td><td>p7 0.98, p0 0.01</td>" in page
+
+
+DIAGNOSE_TIE = """
+import json
+from stackedheads.circuits import rules
+from stackedheads.circuits.diagnose import diagnose_row
+from stackedheads.tasks.vectors import VectorTaskConfig, make_batch
+b = make_batch(VectorTaskConfig(chains=4, depth=3), range(64), "val")
+lib = rules.library(3)
+pat, _ = rules.head_pattern({"first": "uniform", "second": "s-1&o+0", "query": "uniform"}, b.meta, lib)
+print(json.dumps(diagnose_row(pat, b.meta, lib, 8, 0, "second").to_dict()))
+"""
+
+
+def test_the_diagnosis_is_the_same_in_every_process():
+    """A second token's s-1 is its previous position, so rules tie; the tie must not be broken
+    by the order a set of names iterates in, which PYTHONHASHSEED changes per process."""
+    import os
+    import subprocess
+    import sys
+
+    outs = set()
+    for seed in ("1", "2", "3", "4"):
+        r = subprocess.run([sys.executable, "-c", DIAGNOSE_TIE], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed})
+        outs.add(r.stdout)
+    assert len(outs) == 1, outs
+    assert '"alternatives"' in outs.pop()

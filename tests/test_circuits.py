@@ -504,6 +504,13 @@ def test_the_ablator_gives_the_losses_of_a_full_rerun():
         if pick([0, 1]):
             ablator.promote()
     assert ablator.layers_run < 0.8 * 6 * ablator.calls  # the stream was reused
+    # A circuit asked again is not run again, and promoting it keeps the stream it shares.
+    run = ablator.layers_run
+    assert ablator.loss(circuit, remove, strict) == want and ablator.layers_run == run
+    ablator.promote()
+    spec = circuit.heads[-1]
+    spec.rules["query"] = U if spec.rules["query"] != U else KEPT
+    assert ablator.loss(circuit) == ablated_loss(model, batch, task, replaced_patterns(circuit, batch.meta))
 
 
 @pytest.mark.slow

@@ -346,11 +346,13 @@ class Ablator:
     layers below ``l``, so the streams of the circuit kept (the *anchor*, :meth:`promote`) and of
     the last circuit run are kept, each under its layers' keys (a head's rules, maps and
     removed rows), and a circuit that agrees with one of them on its first ``l`` layers starts at
-    layer ``l``. Each layer runs the code :meth:`EnsembleTransformer.forward` runs (hooked
-    layers by the explicit pattern, the others fused), on the same inputs, so the losses are the
-    bytes :func:`ablated_loss` gives (tests/test_circuits.py checks this): only the time
-    changes. Head replacements are kept by key too (a few dozen, LRU), as building them costs
-    a tenth of a forward pass at Sec. 9.1's size.
+    layer ``l``. A circuit run before (discovery tests the same paths again when simplifying
+    changed nothing) is not run again: its losses are kept by its keys. Each layer runs the code
+    :meth:`EnsembleTransformer.forward` runs (hooked layers by the explicit pattern, the others
+    fused), on the same inputs, so the losses are the bytes :func:`ablated_loss` gives
+    (tests/test_circuits.py checks this): only the time changes. Head replacements are kept by
+    key too (a few dozen, LRU), as building them costs a tenth of a forward pass at Sec. 9.1's
+    size.
     """
 
     PATTERNS = 64  # head replacements kept (each B x T x T floats)
@@ -365,18 +367,20 @@ class Ablator:
         # A chain: (the keys of layers 0..n-1, the streams after those layers), n < n_layers.
         self._last: tuple[list, list[torch.Tensor]] = ([], [])
         self._anchor: tuple[list, list[torch.Tensor]] = ([], [])
+        self._asked: list = []  # the keys of the circuit asked last (run, or found in _losses)
+        self._losses: dict[tuple, tuple[float, list[float]]] = {}
         self._patterns: OrderedDict[HeadKey, Replacement] = OrderedDict()
         self.layers_run = 0  # layers computed, over all calls (what the reuse saves is visible)
         self.calls = 0
 
-    def _keys(self, circuit: Circuit, removals: list[Removal], strict: bool) -> list[list[HeadKey]]:
+    def _keys(self, circuit: Circuit, removals: list[Removal], strict: bool) -> list[tuple[HeadKey, ...]]:
         keys: list[list[HeadKey]] = [[] for _ in range(self.n_layers)]
         for h in circuit.heads:
             rules = tuple((r, UNIFORM if strict and n == KEPT else n) for r, n in sorted(h.rules.items()))
             maps = repr(sorted(h.maps.items())) if h.maps else ""
             removed = tuple(sorted(src for l, hd, src in removals if (l, hd) == (h.layer, h.head)))
             keys[h.layer].append((h.head, rules, maps, removed))
-        return keys
+        return [tuple(k) for k in keys]
 
     def _replacement(self, key: HeadKey, spec: HeadSpec, lib, strict: bool) -> Replacement:
         got = self._patterns.get(key)
@@ -388,12 +392,8 @@ class Ablator:
             self._patterns.move_to_end(key)
         return got
 
-    @torch.no_grad()
-    def loss(self, circuit: Circuit, remove: Removal | Sequence[Removal] | None = None,
-             strict: bool = False) -> tuple[float, list[float]]:
-        """What ``ablated_loss(model, batch, task, replaced_patterns(circuit, meta, remove,
-        strict))`` gives."""
-        keys = self._keys(circuit, _removals(remove), strict)
+    def _longest(self, keys: list) -> tuple[int, list[torch.Tensor]]:
+        """The most layers of ``keys`` a kept chain has run, and their streams."""
         start, streams = 0, []
         for chain_keys, chain_streams in (self._anchor, self._last):
             n = 0
@@ -401,6 +401,20 @@ class Ablator:
                 n += 1
             if n > start:
                 start, streams = n, chain_streams[:n]
+        return start, streams
+
+    @torch.no_grad()
+    def loss(self, circuit: Circuit, remove: Removal | Sequence[Removal] | None = None,
+             strict: bool = False) -> tuple[float, list[float]]:
+        """What ``ablated_loss(model, batch, task, replaced_patterns(circuit, meta, remove,
+        strict))`` gives."""
+        keys = self._keys(circuit, _removals(remove), strict)
+        self._asked = keys
+        self.calls += 1
+        seen = self._losses.get(tuple(keys))
+        if seen is not None:
+            return seen[0], list(seen[1])
+        start, streams = self._longest(keys)
         lib, specs = library(circuit.depth), {(h.layer, h.head): h for h in circuit.heads}
         patterns: dict[int, dict[int, Replacement]] = {}
         for layer in range(start, self.n_layers):
@@ -412,12 +426,14 @@ class Ablator:
             pred = self.model.run_from(streams[-1] if streams else self.h0, start, streams)
         self._last = (keys[: len(streams)], streams)
         self.layers_run += self.n_layers - start
-        self.calls += 1
-        return _losses(pred, self.batch, self.task)
+        got = self._losses[tuple(keys)] = _losses(pred, self.batch, self.task)
+        return got[0], list(got[1])
 
     def promote(self) -> None:
-        """Keep the last circuit run as the anchor: the circuit the next changes are made to."""
-        self._anchor = self._last
+        """Keep the circuit asked last as the anchor: the circuit the next changes are made to
+        (of its streams, what a kept chain holds when its losses were known already)."""
+        n, streams = self._longest(self._asked)
+        self._anchor = (self._asked[:n], streams)
 
 
 @dataclass(frozen=True)

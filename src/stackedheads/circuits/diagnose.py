@@ -155,7 +155,9 @@ def diagnose_row(observed: torch.Tensor, meta: Meta, lib: Library, layer: int, h
     (``measured``: its map, for a measured rule, whose share is the attention it reproduces,
     ``sum min(observed, map)``)."""
     of_role = meta.role == ROLES[role]
-    candidates = set(rule_mass(observed, meta, lib)[role]) | {"identity"}
+    # In rule_mass's order, not a set's: ties (two mixtures covering the same rows) then rank the
+    # same in every process (a set of strings iterates by PYTHONHASHSEED).
+    candidates = list(dict.fromkeys([*rule_mass(observed, meta, lib)[role], "identity"]))
 
     def covered(name: str) -> float:
         mass, _ = pattern_mass(observed, lib[name], meta)
