@@ -29,16 +29,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from train_throughput import base_tree  # the base commit in a temporary git worktree
+
 ROOT = Path(__file__).resolve().parent.parent
 BASE = "25719e9"
 FILES = ("circuit.json", "summary.json", "losses.json")
-
-
-def base_tree(commit: str, where: Path) -> Path:
-    """A worktree of ``commit`` (its own source, untouched by this tree's changes)."""
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(where), commit],
-                   check=True, capture_output=True)
-    return where
 
 
 def discover(tree: Path, run: Path, out: Path, args) -> float:
