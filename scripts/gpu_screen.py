@@ -14,8 +14,10 @@ Measured on one H200 (torch 2.11, docs/training.md, 'The recipe screen'): one fl
 20-23 steps/s (5 min a run); two float32 runs 15 steps/s each; ten bfloat16 runs 6-10 steps/s
 each (bfloat16 autocast is slower than float32 there: its casts are more launches).
 Environment: SCREEN_PRESET (sec9), SCREEN_DEVICE (cuda), SCREEN_ROOT (/tmp/screen),
-SCREEN_EXTRA (more train options for every run), SCREEN_CHECK0 (first check, s: 60).
+SCREEN_EXTRA (more train options for every run), SCREEN_CHECK0 (first check, s: 60),
+SCREEN_EXPORT (set: each run's last checkpoint, model only, as OUT/<run>.safetensors).
 """
+import json
 import os
 import subprocess
 import sys
@@ -96,3 +98,16 @@ with tarfile.open(OUT / "screen.tgz", "w:gz") as tar:
         if f.is_file() and f.suffix != ".safetensors" and ".lock" not in f.name:
             tar.add(f, arcname=str(f.relative_to(ROOT.parent)))
 say(f"archived; total {time.monotonic() - t0:.0f}s")
+# The last checkpoint of each run without its optimizer state (a quarter of the bytes), as
+# OUT/<run>.safetensors: enough for `circuit discover` here, not for resuming.
+if os.environ.get("SCREEN_EXPORT"):
+    from stackedheads.training.checkpoints import list_checkpoints, read_checkpoint, write_checkpoint
+    from stackedheads.training.config import TrainConfig
+
+    for name in procs:
+        if ckpts := list_checkpoints(ROOT / name):
+            tensors, meta = read_checkpoint(ckpts[-1][1])
+            cfg = TrainConfig.from_dict(json.loads(meta["config"]))
+            write_checkpoint(OUT / f"{name}.safetensors", {k: v for k, v in tensors.items() if k.startswith("model.")},
+                             int(meta["step"]), cfg)
+            say(f"exported {name} step {meta['step']}")

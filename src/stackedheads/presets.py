@@ -152,6 +152,10 @@ RECIPES.register("float32", Recipe({"dtype": "float32"}, "(g) float32 instead of
 RECIPES.register("torch-in-init-constant", Recipe(
     {"in_init": "torch", "warmup_steps": 0, "schedule": "constant"},
     "(d) + (a): the input projection at PyTorch's default, a constant lr of 1e-3, no warm-up (clipping kept)"))
+# (d) + (b): (d)'s warm-up, then Sec. 7.1's lr held: whether the warm-up or the decay set (d)'s pace.
+RECIPES.register("torch-in-init-warmup-constant", Recipe(
+    {"in_init": "torch", "schedule": "constant"},
+    "(d) + (b): the input projection at PyTorch's default, warm-up, then a constant lr of 1e-3 (clipping kept)"))
 
 
 # --- the Figure 4 grids (Sec. 7) ----------------------------------------------------------------
