@@ -68,7 +68,7 @@ def test_interrupted_run_resumes_to_identical_numbers(tmp_path):
     assert [s["from_step"] for s in lines] == [0, 8]
     resolved = cfg.resolved()
     for s in lines:
-        assert (s["threads"], s["dtype"], s["device"], s["compile"]) == (resolved.threads, resolved.dtype, "cpu", False)
+        assert (s["threads"], s["dtype"], s["device"], s["compile"], s["cuda_graph"]) == (resolved.threads, resolved.dtype, "cpu", False, False)
         assert s["machine"] == machine() and s["torch"] == torch.__version__
         assert s["commit"] == git_commit() and s["dirty"] in (True, False, None)
 
@@ -158,7 +158,8 @@ def test_existing_folder_with_other_config_is_refused(tmp_path):
 
 @pytest.mark.parametrize(
     "kwargs",
-    [dict(seeds=()), dict(seeds=(1, 1)), dict(steps=0), dict(lr=0.0), dict(dtype="float16"), dict(device="tpu"), dict(batch_size=10**7)],
+    [dict(seeds=()), dict(seeds=(1, 1)), dict(steps=0), dict(lr=0.0), dict(dtype="float16"), dict(device="tpu"), dict(batch_size=10**7),
+     dict(cuda_graph=True), dict(cuda_graph=True, device="cuda", compile=True)],
 )
 def test_bad_train_config(kwargs):
     with pytest.raises(UsageError):

@@ -10,7 +10,7 @@ folder keeps every piece's small files. A piece without its summary.json (still 
 not part of the result: :func:`unfinished` names it.
 
 Pieces combine when their settings are the same except for how they ran: the seeds (which must
-not overlap), the thread count, ``compile`` and the device (each changes a loss only to
+not overlap), the thread count, ``compile``, ``cuda_graph`` and the device (each changes a loss only to
 rounding), and whether every checkpoint was kept. Anything else that differs (the dtype, a schedule, the training set) makes them two
 results, refused in one line that names the first settings that differ.
 """
@@ -24,7 +24,7 @@ from stackedheads.errors import UsageError
 from stackedheads.storage import flat
 
 # How a piece ran, not what it trained: free to differ between the pieces of one result.
-EXECUTION = ("seeds", "threads", "compile", "device", "keep_checkpoints")
+EXECUTION = ("seeds", "threads", "compile", "cuda_graph", "device", "keep_checkpoints")
 
 
 def piece_dirs(stage_dir: Path, name: str) -> list[Path]:

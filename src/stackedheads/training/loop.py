@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from stackedheads.errors import UsageError
-from stackedheads.model import EnsembleTransformer, clip_grad_norm_per_member_
+from stackedheads.model import EnsembleTransformer
 from stackedheads.perf import torch_threads
 from stackedheads.provenance import record_segment
 from stackedheads.storage import RunFolder, atomic_write_json
@@ -34,7 +34,7 @@ from stackedheads.training.checkpoints import (
 )
 from stackedheads.training.config import DTYPES, TrainConfig, check_device
 from stackedheads.training.data import member_batches, validation_batch
-from stackedheads.training.evaluate import evaluate, member_mse
+from stackedheads.training.evaluate import evaluate
 from stackedheads.training.metrics import (
     covered_step,
     metric_columns,
@@ -45,6 +45,7 @@ from stackedheads.training.metrics import (
     truncate_metrics,
 )
 from stackedheads.training.optim import make_optimizer
+from stackedheads.training.step import make_step
 
 
 @contextmanager
@@ -139,7 +140,8 @@ def _train_steps(cfg: TrainConfig, run_dir: Path, dev: torch.device, progress, s
         wall0 = max((r["wall_s"] for r in rows), default=0.0)
     elif metrics_path.exists():
         metrics_path.unlink()  # a run killed before its first checkpoint starts over
-    record_segment(run_dir, start, {"threads": cfg.threads, "dtype": cfg.dtype, "compile": cfg.compile, "device": cfg.device})
+    record_segment(run_dir, start, {"threads": cfg.threads, "dtype": cfg.dtype, "compile": cfg.compile,
+                                    "cuda_graph": cfg.cuda_graph, "device": cfg.device})
 
     forward = torch.compile(model) if cfg.compile else model  # the same parameters either way
     on_device = dev.type != "cpu"  # an accelerator generates its own batches (the CPU's, exactly)
@@ -149,6 +151,7 @@ def _train_steps(cfg: TrainConfig, run_dir: Path, dev: torch.device, progress, s
     new_file = not metrics_path.exists()
     if cfg.keep_checkpoints and start == 0:
         save_checkpoint(checkpoint_path(run_dir, 0), model, opt, 0, cfg)  # Sec. 9: attention at init
+    train_step = make_step(cfg, model, forward, opt, dtype)
     t0 = time.perf_counter()
     ckpt = CheckpointWriter()
     with ckpt, open(metrics_path, "a", newline="") as mf:
@@ -158,19 +161,7 @@ def _train_steps(cfg: TrainConfig, run_dir: Path, dev: torch.device, progress, s
         done = start
         for step in range(start, cfg.steps):
             batch = member_batches(cfg, step, caches, device=dev if on_device else None)
-            x, y = batch.inputs, batch.targets
-            with torch.autocast(dev.type, dtype=dtype, enabled=dtype != torch.float32):
-                pred = forward(x)
-            # Sum of per-member means: each member's gradient is its own loss's gradient.
-            per_member = member_mse(pred, y)
-            opt.zero_grad(set_to_none=True)
-            per_member.sum().backward()
-            if cfg.optim.grad_clip > 0:
-                clip_grad_norm_per_member_(model, cfg.optim.grad_clip)
-            lr = cfg.lr_at(step)
-            for group in opt.param_groups:
-                group["lr"] = lr
-            opt.step()
+            per_member = train_step(batch.inputs, batch.targets, cfg.lr_at(step))
             done = step + 1
             save_now = done % cfg.ckpt_every == 0 or done == cfg.steps
             if cfg.is_eval_step(done) or save_now:

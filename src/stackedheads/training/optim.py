@@ -28,4 +28,8 @@ def make_optimizer(model: EnsembleTransformer, cfg: TrainConfig) -> torch.optim.
         groups.append({"params": no_decay, "weight_decay": 0.0})
     # fused: one kernel per step instead of a Python loop over tensors (measured 5-10% of a
     # CPU step at the sec9 and quick sizes, benchmarks/train_throughput.py).
+    if cfg.cuda_graph:  # replayed by a CUDA graph: no host sync, and an lr the graph reads from the device
+        device = next(model.parameters()).device
+        return torch.optim.AdamW(groups, lr=torch.tensor(cfg.optim.lr, device=device), betas=tuple(cfg.optim.betas),
+                                 weight_decay=cfg.optim.weight_decay, fused=True, capturable=True)
     return torch.optim.AdamW(groups, lr=cfg.optim.lr, betas=tuple(cfg.optim.betas), weight_decay=cfg.optim.weight_decay, fused=True)
