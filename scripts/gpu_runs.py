@@ -1,0 +1,168 @@
+"""Trainings on one lent GPU under one deadline, each analysed on the machine's CPUs as it ends
+(issues 39 and 40: a lent GPU gives 15 minutes, in calls of at most 10).
+
+    python3 scripts/gpu_runs.py OUT DEADLINE_S PRESET:RECIPE:SEEDS[:DTYPE] ...
+
+Each argument is one run, highest priority first: `train --preset PRESET --recipe RECIPE --seeds
+SEEDS --dtype DTYPE --device cuda --threads 1` (DTYPE float32 unless named; RECIPE gpt2 is the
+presets' own) in ROOT/PRESET-RECIPE-DTYPE. They start together. Every 20 s each run's recent
+steps per second give its end; while one would end after DEADLINE - RESERVE, the lowest-priority
+run still training is stopped, so the others finish and leave RESERVE seconds for analysis.
+
+As a run ends (with ANALYSE set): `circuit discover --threshold 0.05` (App. E) for each seed in a
+process of its own, then `attention` per seed (sec8: Figure 5's maps) or `emergence` (where the
+checkpoints were kept: Sec. 9's timeline). Everything stops at DEADLINE. What finished comes back
+as OUT/runs.tgz (configs, metrics, summaries, segments, logs, circuits, maps, timelines; never a
+checkpoint) and OUT/driver.log.
+
+Measured on one H200 (torch 2.11, eager float32, docs/training.md 'The recipe screen'): one sec9
+run of 3 or 4 seeds alone 20-23 steps/s (about 330 s); two at once 12.5 steps/s each (together
+only 14% more than one alone); ten bfloat16 runs 6-10 steps/s each (autocast's casts are more
+launches in a launch-bound step). `--cuda-graph` (SCREEN_EXTRA) replays each step as one launch.
+
+Environment: SCREEN_DEVICE (cuda), SCREEN_ROOT (/tmp/gpu-runs), SCREEN_EXTRA (more train options
+for every run, e.g. --cuda-graph), SCREEN_KEEP (set: keep every checkpoint, for timelines),
+SCREEN_CHECK0 (first check, s: 60), ANALYSE (set: analyse as above), RESERVE (s kept for analysis:
+150 with ANALYSE, else 0), ANALYSIS_THREADS (threads per analysis process: 2), SCREEN_EXPORT (set:
+each run's last checkpoint, model only, as OUT/<run>.safetensors: `circuit discover` elsewhere).
+"""
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+from stackedheads.training.metrics import read_metrics
+
+OUT, DEADLINE = Path(sys.argv[1]), float(sys.argv[2])
+ROOT = Path(os.environ.get("SCREEN_ROOT", "/tmp/gpu-runs"))
+ROOT.mkdir(parents=True, exist_ok=True)
+ANALYSE = bool(os.environ.get("ANALYSE"))
+RESERVE = float(os.environ.get("RESERVE", "150" if ANALYSE else "0"))
+THREADS = os.environ.get("ANALYSIS_THREADS", "2")
+SLOTS = max(1, (os.cpu_count() or 2) // int(THREADS) - 1)  # one core's worth left to the trainings
+t0 = time.monotonic()
+log = open(OUT / "driver.log", "a", buffering=1)
+
+
+def say(msg):
+    log.write(f"{time.monotonic() - t0:7.1f}s {msg}\n")
+
+
+def env(threads):
+    return dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, PYTHONPATH="src", PYTHONUNBUFFERED="1")
+
+
+def cli(*args):
+    return [sys.executable, "-m", "stackedheads", *map(str, args)]
+
+
+RUNS = {}  # name -> (preset, seeds), highest priority first
+train = {}
+for spec in sys.argv[3:]:
+    preset, recipe, seeds, dtype = (spec.split(":") + ["float32"])[:4]
+    name = f"{preset}-{recipe}-{dtype}"
+    RUNS[name] = (preset, [int(s) for s in seeds.split(",")])
+    keep = "--keep-checkpoints" if os.environ.get("SCREEN_KEEP") else "--no-keep-checkpoints"
+    args = cli("train", "--preset", preset, "--recipe", recipe, "--seeds", seeds, "--dtype", dtype,
+               "--device", os.environ.get("SCREEN_DEVICE", "cuda"), "--threads", "1", keep, "--out", ROOT / name,
+               *os.environ.get("SCREEN_EXTRA", "").split())
+    train[name] = subprocess.Popen(args, env=env("1"), stdout=open(ROOT / f"{name}.log", "w"), stderr=subprocess.STDOUT)
+    say(f"started {name}: {' '.join(args[3:])}")
+
+
+def progress(name):
+    """(last step, steps in the run, steps per second over the last 30 s of its own clock), or None."""
+    try:
+        steps = json.loads((ROOT / name / "config.json").read_text())["steps"]
+        pts = sorted({(int(r["step"]), float(r["wall_s"])) for r in read_metrics(ROOT / name)})
+    except Exception:  # not yet written, or a row half-written: judged at the next check
+        return None
+    if len(pts) < 2:
+        return None
+    s1, w1 = pts[-1]
+    s0, w0 = ([p for p in pts if p[1] <= w1 - 30] or pts[:1])[-1]
+    return s1, steps, (s1 - s0) / max(w1 - w0, 1e-6)
+
+
+def analysis_jobs(name):
+    """Each job: (argv, the jobs it waits for). Circuits per seed, then maps or a timeline."""
+    preset, seeds = RUNS[name]
+    run, an = ROOT / name, ROOT / f"{name}-analysis"
+    jobs = {f"discover-{s}": (cli("circuit", "discover", run, "--seeds", s, "--threshold", "0.05", "--out", an / f"discovered-{s}"), [])
+            for s in seeds}
+    if preset.startswith("sec8"):
+        for s in seeds:
+            jobs[f"maps-{s}"] = (cli("attention", run, "--seed", s, "--out", an / "maps" / f"seed{s}"), [])
+    if os.environ.get("SCREEN_KEEP"):
+        # emergence reads one folder of seed*/circuit.json: the per-seed outputs, linked together
+        links = " && ".join(f"ln -sfn {an}/discovered-{s}/seed{s} {an}/discovered/seed{s}" for s in seeds)
+        cmd = " ".join(cli("emergence", run, "--circuits", an / "discovered", "--out", an / "timeline"))
+        jobs["emergence"] = (["bash", "-c", f"mkdir -p {an}/discovered && {links} && {cmd}"], [f"discover-{s}" for s in seeds])
+    return {f"{name}/{k}": (argv, [f"{name}/{d}" for d in deps]) for k, (argv, deps) in jobs.items()}
+
+
+queue, running, finished, failed = {}, {}, set(), set()
+next_check = float(os.environ.get("SCREEN_CHECK0", "60"))
+while True:
+    now = time.monotonic() - t0
+    if now > DEADLINE:
+        for name, p in [*train.items(), *running.items()]:
+            if p.poll() is None:
+                say(f"deadline: stopping {name}" + (f" at {progress(name)}" if name in train else ""))
+                p.kill()
+        break
+    for name, p in train.items():  # a training that just ended successfully queues its analysis
+        if p.poll() == 0 and ANALYSE and not any(k.startswith(f"{name}/") for k in [*queue, *running, *finished, *failed]):
+            queue.update(analysis_jobs(name))
+            say(f"{name}: trained; analysis queued")
+    for job, p in list(running.items()):
+        if p.poll() is not None:
+            (finished if p.returncode == 0 else failed).add(job)
+            say(f"{job}: exit {p.returncode}")
+            del running[job]
+    for job, (argv, deps) in list(queue.items()):
+        if any(d in failed for d in deps):
+            failed.add(job)
+            del queue[job]
+        elif len(running) < SLOTS and all(d in finished for d in deps):
+            logf = open(ROOT / f"{job.replace('/', '--')}.log", "w")
+            running[job] = subprocess.Popen(argv, env=env(THREADS), stdout=logf, stderr=subprocess.STDOUT)
+            del queue[job]
+            say(f"{job}: started")
+    if now >= next_check:
+        next_check = now + 20
+        ends = {}
+        for name, p in train.items():
+            if p.poll() is None and (pr := progress(name)):
+                ends[name] = now + (pr[1] - pr[0]) / max(pr[2], 1e-6) + 15
+                say(f"{name}: step {pr[0]}, {pr[2]:.1f} steps/s, ends at about {ends[name]:.0f}s")
+        if ends and max(ends.values()) > DEADLINE - RESERVE - 10:
+            victim = [n for n in train if n in ends][-1]
+            say(f"an end after the deadline ({max(ends.values()):.0f}s > {DEADLINE - RESERVE - 10:.0f}s): stopping {victim}")
+            train[victim].kill()
+    if not (running or queue or any(p.poll() is None for p in train.values())):
+        break
+    time.sleep(1)
+for name, p in train.items():
+    say(f"{name}: exit {p.wait()}")
+SMALL = (".json", ".jsonl", ".csv", ".log", ".png", ".svg")
+with tarfile.open(OUT / "runs.tgz", "w:gz") as tar:
+    for f in sorted(ROOT.rglob("*")):
+        if f.is_file() and not f.is_symlink() and f.suffix in SMALL and ".lock" not in f.name:
+            tar.add(f, arcname=str(f.relative_to(ROOT.parent)))
+say(f"archived; total {time.monotonic() - t0:.0f}s")
+# The last checkpoint of each run without its optimizer state (a quarter of the bytes).
+if os.environ.get("SCREEN_EXPORT"):
+    from stackedheads.training.checkpoints import list_checkpoints, read_checkpoint, write_checkpoint
+    from stackedheads.training.config import TrainConfig
+
+    for name in train:
+        if ckpts := list_checkpoints(ROOT / name):
+            tensors, meta = read_checkpoint(ckpts[-1][1])
+            cfg = TrainConfig.from_dict(json.loads(meta["config"]))
+            write_checkpoint(OUT / f"{name}.safetensors", {k: v for k, v in tensors.items() if k.startswith("model.")},
+                             int(meta["step"]), cfg)
+            say(f"exported {name} step {meta['step']}")
