@@ -22,7 +22,8 @@ launches in a launch-bound step). `--cuda-graph` (SCREEN_EXTRA) replays each ste
 
 Environment: SCREEN_DEVICE (cuda), SCREEN_ROOT (/tmp/gpu-runs), SCREEN_EXTRA (more train options
 for every run, e.g. --cuda-graph), SCREEN_KEEP (set: keep every checkpoint, for timelines),
-SCREEN_CHECK0 (first check, s: 60), ANALYSE (set: analyse as above), RESERVE (s kept for analysis:
+SCREEN_CHECK0 (first check, s: 60), ANALYSE ("1": analyse every run as above; else the names of
+the runs to analyse, comma-separated, e.g. sec8-gpt2-float32), RESERVE (s kept for analysis:
 150 with ANALYSE, else 0), ANALYSIS_THREADS (threads per analysis process: 2), SCREEN_EXPORT (set:
 each run's last checkpoint, model only, as OUT/<run>.safetensors: `circuit discover` elsewhere).
 """
@@ -39,7 +40,7 @@ from stackedheads.training.metrics import read_metrics
 OUT, DEADLINE = Path(sys.argv[1]), float(sys.argv[2])
 ROOT = Path(os.environ.get("SCREEN_ROOT", "/tmp/gpu-runs"))
 ROOT.mkdir(parents=True, exist_ok=True)
-ANALYSE = bool(os.environ.get("ANALYSE"))
+ANALYSE = os.environ.get("ANALYSE", "")  # "1": every run; else the names of the runs to analyse, comma-separated
 RESERVE = float(os.environ.get("RESERVE", "150" if ANALYSE else "0"))
 THREADS = os.environ.get("ANALYSIS_THREADS", "2")
 SLOTS = max(1, (os.cpu_count() or 2) // int(THREADS) - 1)  # one core's worth left to the trainings
@@ -115,7 +116,7 @@ while True:
                 p.kill()
         break
     for name, p in train.items():  # a training that just ended successfully queues its analysis
-        if p.poll() == 0 and ANALYSE and not any(k.startswith(f"{name}/") for k in [*queue, *running, *finished, *failed]):
+        if p.poll() == 0 and (ANALYSE == "1" or name in ANALYSE.split(",")) and not any(k.startswith(f"{name}/") for k in [*queue, *running, *finished, *failed]):
             queue.update(analysis_jobs(name))
             say(f"{name}: trained; analysis queued")
     for job, p in list(running.items()):
