@@ -311,20 +311,6 @@ def test_cuda_run_matches_cpu_closely(tmp_path):
         assert math.isclose(cpu["seeds"][seed]["final_val_loss"], gpu["seeds"][seed]["final_val_loss"], rel_tol=1e-2)
 
 
-@pytest.mark.slow
-def test_compiled_training_gives_the_eager_losses(tmp_path):
-    """``compile`` changes how the step runs, not what it computes (issue 17)."""
-    cfg = presets.SMOKE.override(steps=12, eval_every=4, final_window=2, warmup_steps=2)
-    eager = train(cfg, tmp_path / "eager")
-    compiled = train(cfg.override(compile=True), tmp_path / "compiled")
-    for seed, s in eager["seeds"].items():
-        assert compiled["seeds"][seed]["final_val_loss"] == pytest.approx(s["final_val_loss"], rel=1e-4)
-    a, b = metrics_without_wall(tmp_path / "eager"), metrics_without_wall(tmp_path / "compiled")
-    assert [r["step"] for r in a] == [r["step"] for r in b]
-    for ra, rb in zip(a, b):
-        assert rb["val_loss"] == pytest.approx(ra["val_loss"], rel=1e-4)
-
-
 def test_tf32_needs_cuda():
     with pytest.raises(UsageError, match="tf32"):
         presets.SMOKE.override(dtype="tf32")
