@@ -26,23 +26,29 @@ def make_step(cfg: TrainConfig, model: EnsembleTransformer, forward, opt: torch.
     """``step(inputs, targets, lr) -> per-member loss (E,)``, updating ``model`` in place."""
     if cfg.cuda_graph:
         return GraphedStep(cfg, model, opt, dtype)
-    dev = torch.device(cfg.device)
 
     def eager_step(x: torch.Tensor, y: torch.Tensor, lr: float) -> torch.Tensor:
-        with torch.autocast(dev.type, dtype=dtype, enabled=dtype != torch.float32):
-            pred = forward(x)
-        # Sum of per-member means: each member's gradient is its own loss's gradient.
-        per_member = member_mse(pred, y)
         opt.zero_grad(set_to_none=True)
-        per_member.sum().backward()
-        if cfg.optim.grad_clip > 0:
-            clip_grad_norm_per_member_(model, cfg.optim.grad_clip)
         for group in opt.param_groups:
             group["lr"] = lr
-        opt.step()
-        return per_member
+        return update(cfg, model, forward, opt, x, y, dtype)
 
     return eager_step
+
+
+def update(cfg: TrainConfig, model: EnsembleTransformer, forward, opt: torch.optim.Optimizer, x: torch.Tensor,
+           y: torch.Tensor, dtype: torch.dtype, cache: bool = True) -> torch.Tensor:
+    """Forward, backward, clipping and the optimiser's step at its groups' lr; the per-member loss.
+    ``cache``: autocast's cache of cast weights (off inside a graph, where it would go stale)."""
+    with torch.autocast(x.device.type, dtype=dtype, enabled=dtype != torch.float32, cache_enabled=cache):
+        pred = forward(x)
+    # Sum of per-member means: each member's gradient is its own loss's gradient.
+    per_member = member_mse(pred, y)
+    per_member.sum().backward()
+    if cfg.optim.grad_clip > 0:
+        clip_grad_norm_per_member_(model, cfg.optim.grad_clip)
+    opt.step()
+    return per_member
 
 
 class GraphedStep:
@@ -75,16 +81,7 @@ class GraphedStep:
         return self.loss
 
     def _body(self) -> torch.Tensor:
-        dev = self.x.device
-        # No autocast weight cache: a cached cast made during capture would be a stale copy.
-        with torch.autocast(dev.type, dtype=self.dtype, enabled=self.dtype != torch.float32, cache_enabled=False):
-            pred = self.model(self.x)
-        per_member = member_mse(pred, self.y)
-        per_member.sum().backward()
-        if self.cfg.optim.grad_clip > 0:
-            clip_grad_norm_per_member_(self.model, self.cfg.optim.grad_clip)
-        self.opt.step()
-        return per_member
+        return update(self.cfg, self.model, self.model, self.opt, self.x, self.y, self.dtype, cache=False)
 
     def _state(self) -> list[torch.Tensor]:
         """Every tensor a step changes: parameters, then each one's optimiser state by name."""
