@@ -53,7 +53,8 @@ def say(msg):
 
 
 def env(threads):
-    return dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, PYTHONPATH="src", PYTHONUNBUFFERED="1")
+    path = os.pathsep.join(p for p in ("src", os.environ.get("PYTHONPATH", "")) if p)  # carried wheels stay visible
+    return dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, PYTHONPATH=path, PYTHONUNBUFFERED="1")
 
 
 def cli(*args):
@@ -105,7 +106,7 @@ def analysis_jobs(name):
     return {f"{name}/{k}": (argv, [f"{name}/{d}" for d in deps]) for k, (argv, deps) in jobs.items()}
 
 
-queue, running, finished, failed = {}, {}, set(), set()
+queue, running, finished, failed, analysed = {}, {}, set(), set(), set()
 next_check = float(os.environ.get("SCREEN_CHECK0", "60"))
 while True:
     now = time.monotonic() - t0
@@ -116,7 +117,8 @@ while True:
                 p.kill()
         break
     for name, p in train.items():  # a training that just ended successfully queues its analysis
-        if p.poll() == 0 and (ANALYSE == "1" or name in ANALYSE.split(",")) and not any(k.startswith(f"{name}/") for k in [*queue, *running, *finished, *failed]):
+        if p.poll() == 0 and (ANALYSE == "1" or name in ANALYSE.split(",")) and name not in analysed:
+            analysed.add(name)
             queue.update(analysis_jobs(name))
             say(f"{name}: trained; analysis queued")
     for job, p in list(running.items()):
