@@ -5,8 +5,6 @@ Every case the issue lists is a row of a table: Section 7 sweeps (C0-C3), Sectio
 """
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -321,6 +319,37 @@ def _emergence_claims(tmp_path, t, tr=None, f=None):
     return {c.id: c for c in sec9.emergence_claims(stage, tmp_path)}
 
 
+@pytest.mark.parametrize("drops, verdict", [
+    ({"x1": 100, "x2": 200, "x3": 300}, PASS), ({"x1": 100, "x2": 300, "x3": 200}, FAIL),
+    ({"x1": 100, "x2": None, "x3": None}, INCONCLUSIVE), ({"x1": 100, "x2": 200, "x3": 200}, INCONCLUSIVE),
+])
+def test_e4_needs_no_circuit_or_timeline(drops, verdict):
+    """E4 is the partial losses' order, which metrics.csv holds: a seed without a circuit or a
+    timeline is judged from it, and the claims that need a circuit stay NOT RUN."""
+    got = {c.id: c for c in sec9.emergence_claims(None, None, {"3": drops})}
+    assert got["E4"].verdict == verdict and got["E4"].measured.startswith("seed 3: ") and "(metrics.csv)" in got["E4"].measured
+    assert {got[k].verdict for k in ("E1", "E2", "E3")} == {NOT_RUN}
+
+
+def test_e4_of_a_trained_folder_without_circuits_reads_its_metrics(tmp_path):
+    from stackedheads.claims._circuits import finished_metrics, loss_drops
+    from stackedheads.training import train as train_run
+
+    run = tmp_path / "emergence" / "runs" / "transformer-D"
+    cfg = presets.SEC9_SMOKE.override(steps=20, ckpt_every=20, eval_every=5)
+    train_run(cfg, run)
+    rows = finished_metrics(run.parent.parent, "transformer-D")
+    # The oracle: each partial's first evaluated step below the threshold, read off the rows.
+    threshold = sweep.cross_threshold(cfg.task.chains)
+    for seed in cfg.seeds:
+        mine = sorted((r for r in rows if r["seed"] == seed), key=lambda r: r["step"])
+        expected = {f"x{j}": next((r["step"] for r in mine if r[f"val_x{j}"] < threshold), None)
+                    for j in range(1, cfg.task.depth + 1)}
+        assert loss_drops(rows, str(seed), cfg.to_dict()["task"]) == expected
+    e4 = {c.id: c for c in claims.folder_claims(tmp_path)}["E4"]
+    assert e4.verdict != NOT_RUN and all(f"seed {s}: " in e4.measured for s in cfg.seeds), e4.measured
+
+
 @pytest.mark.parametrize("case", SEC9_CASES)
 def test_section9_verdicts(case, tmp_path):
     t, expected = SEC9_CASES[case]
@@ -345,23 +374,23 @@ def test_section9_positions_and_evidence(tmp_path):
 
 
 @pytest.mark.slow
-def test_claims_command_on_a_sweep_folder(tmp_path):
+def test_claims_command_on_a_sweep_folder(tmp_path, cli):
     out = tmp_path / "fig4"
     sweep.run_figure4(presets.figure4("smoke"), out)
     sec7.write_claims(out)
-    r = subprocess.run([sys.executable, "-m", "stackedheads", "claims", str(out), "--json"], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    listed = json.loads(r.stdout)
+    r = cli("claims", out, "--json")
+    assert r.code == 0, r.err
+    listed = json.loads(r.out)
     assert [c["id"] for c in listed] == ["C0", "C1", "C2", "C3"]
     # Re-evaluated from the run folders: the same verdicts as written.
     written = json.loads((out / "claims.json").read_text())
     assert [c["verdict"] for c in listed] == [written[k]["verdict"] for k in ("C0", "C1", "C2", "C3")]
-    r = subprocess.run([sys.executable, "-m", "stackedheads", "claims", str(tmp_path)], capture_output=True, text=True)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    r = cli("claims", tmp_path)
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1
 
 
 @pytest.mark.slow
-def test_claims_command_on_stage_folders_laid_out_by_hand(tmp_path):
+def test_claims_command_on_stage_folders_laid_out_by_hand(tmp_path, cli):
     """A run cut short of a preset (trained with `train`, circuits from `circuit discover`) in
     reproduce's stage layout is judged like a reproduce folder: Section 8 from its files, the
     stages it lacks NOT RUN."""
@@ -373,11 +402,11 @@ def test_claims_command_on_stage_folders_laid_out_by_hand(tmp_path):
     run = stage / "runs" / CIRCUITS_RUN
     for args in (["train", "--preset", "sec8-smoke", "--steps", "20", "--out", str(run)],
                  ["circuit", "discover", str(run), "--out", str(stage / "discovered")]):
-        r = subprocess.run([sys.executable, "-m", "stackedheads", *args], capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-    r = subprocess.run([sys.executable, "-m", "stackedheads", "claims", str(tmp_path), "--json"], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    listed = {c["id"]: c for c in json.loads(r.stdout)}
+        r = cli(*args)
+        assert r.code == 0, r.err
+    r = cli("claims", tmp_path, "--json")
+    assert r.code == 0, r.err
+    listed = {c["id"]: c for c in json.loads(r.out)}
     direct = {c.id: c for c in sec8.circuit_claims(stage_from_files(stage, CIRCUITS_RUN))}
     assert [listed[k]["verdict"] for k in direct] == [c.verdict for c in direct.values()]
     assert all(c.verdict != NOT_RUN for c in direct.values())

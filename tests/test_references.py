@@ -5,10 +5,8 @@ the tracked references judge as the README says."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -226,11 +224,10 @@ def test_a_published_run_is_judged_the_same_from_a_clone(cli, tmp_path):
     run = tmp_path / "R"
     stage = run / "circuits"
     model = stage / "runs" / "transformers-A-C"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for args in (["train", "--preset", "sec8-smoke", "--steps", "20", "--threads", "1", "--out", model],
                  ["circuit", "discover", model, "--out", stage / "discovered"]):
-        r = subprocess.run([sys.executable, "-m", "stackedheads", *map(str, args)], capture_output=True, text=True, env=env)
-        assert r.returncode == 0, r.stderr
+        r = cli(*args)
+        assert r.code == 0, r.err
     repo = git_repo(tmp_path / "repo", PROJECT_GITIGNORE.read_text())
     r = cli("publish", run, "--name", "smoke", "--title", "sec8-smoke", "--command", "c", "--wall-s", "1",
             "--results", repo / "results", "--include", "circuits/runs/*/*.json", "--include", "circuits/runs/*/metrics.csv",
@@ -244,10 +241,9 @@ def test_a_published_run_is_judged_the_same_from_a_clone(cli, tmp_path):
     assert all((tmp_path / "clone" / "results" / "smoke" / f).is_file() for f in listed)
 
     def judged(folder: Path) -> dict:
-        r = subprocess.run([sys.executable, "-m", "stackedheads", "claims", str(folder), "--json"],
-                           capture_output=True, text=True, env=env)
-        assert r.returncode == 0, r.stderr
-        return {c["id"]: (c["verdict"], c["measured"]) for c in json.loads(r.stdout) if c["id"].startswith("A")}
+        r = cli("claims", folder, "--json")
+        assert r.code == 0, r.err
+        return {c["id"]: (c["verdict"], c["measured"]) for c in json.loads(r.out) if c["id"].startswith("A")}
 
     own = judged(run)
     assert len(own) == 5 and all(v != claims.NOT_RUN for v, _ in own.values())

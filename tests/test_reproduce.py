@@ -95,22 +95,22 @@ def test_a_published_emergence_stage_is_judged_in_the_reference_section(smoke, t
     assert (page / "report" / "img" / "sec9__emergence__timeline__seed0__losses.png").exists()
 
 
-def test_another_preset_in_the_same_folder_is_refused(smoke, tmp_path, cli_process):
+def test_another_preset_in_the_same_folder_is_refused(smoke, tmp_path, cli):
     out = tmp_path / "copy"
     shutil.copytree(smoke, out)
-    r = cli_process("reproduce", "--preset", "quick", "--out", str(out))
+    r = cli("reproduce", "--preset", "quick", "--out", str(out))
     assert r.code == 2 and "another preset" in r.err and "Traceback" not in r.err
 
 
-def test_paper_preset_asks_for_a_model_before_doing_anything(tmp_path, cli_process):
-    r = cli_process("reproduce", "--preset", "paper", "--out", str(tmp_path / "p"))
+def test_paper_preset_asks_for_a_model_before_doing_anything(tmp_path, cli):
+    r = cli("reproduce", "--preset", "paper", "--out", str(tmp_path / "p"))
     assert r.code == 2 and "--llm-backend" in r.err
     assert not (tmp_path / "p").exists()
 
 
 @pytest.mark.parametrize("args", [("--dtype", "float16"), ("--device", "tpu"), ("--skip", "everything")])
-def test_bad_training_options_fail_before_any_stage(tmp_path, args, cli_process):
-    r = cli_process("reproduce", "--preset", "smoke", "--out", str(tmp_path / "r"), *args)
+def test_bad_training_options_fail_before_any_stage(tmp_path, args, cli):
+    r = cli("reproduce", "--preset", "smoke", "--out", str(tmp_path / "r"), *args)
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1
     assert not (tmp_path / "r").exists()
 
@@ -142,14 +142,14 @@ def test_theory_claims_pass_on_the_simulation_and_fail_on_a_broken_row():
     assert t1.verdict == claims.FAIL and "D = [10]" in t1.measured and t2.verdict == claims.FAIL
 
 
-def test_smoke_models_prove_nothing_about_circuits(smoke, cli_process):
+def test_smoke_models_prove_nothing_about_circuits(smoke, cli):
     """The smoke models learn nothing: no circuit or emergence claim may pass (issue 12: A3
     and E1 used to), and the command re-evaluates the same verdicts from the files."""
     verdicts = {c["id"]: c["verdict"] for c in json.loads((smoke / "report" / "claims.json").read_text())}
     for cid in ("A2", "A3", "A4", "A5", "E1", "E2", "E3"):
         assert verdicts[cid] == claims.INCONCLUSIVE, cid
     assert verdicts["C2"] != claims.PASS and verdicts["C3"] != claims.PASS
-    r = cli_process("claims", str(smoke), "--json")
+    r = cli("claims", str(smoke), "--json")
     assert r.code == 0, r.err
     assert json.loads(r.out) == json.loads((smoke / "report" / "claims.json").read_text())
     page = (smoke / "report" / "index.html").read_text()
@@ -176,8 +176,8 @@ def test_report_escapes_prompt_and_model_text(smoke, tmp_path):
     assert "<script" not in page  # the report has no script of its own either
 
 
-def test_report_needs_a_reproduce_folder(tmp_path, cli_process):
-    r = cli_process("report", str(tmp_path))
+def test_report_needs_a_reproduce_folder(tmp_path, cli):
+    r = cli("report", str(tmp_path))
     assert r.code == 2 and "not a reproduce folder" in r.err
 
 
@@ -236,33 +236,33 @@ def test_report_in_headless_chromium(smoke, tmp_path):
 THEORY_ONLY = ("--skip", "prompts", "--skip", "llm", "--skip", "figure4", "--skip", "circuits", "--skip", "emergence")
 
 
-def _verdicts(cli_process, out: Path) -> dict[str, str]:
-    r = cli_process("claims", str(out), "--json")
+def _verdicts(cli, out: Path) -> dict[str, str]:
+    r = cli("claims", str(out), "--json")
     assert r.code == 0, r.err
     return {c["id"]: c["verdict"] for c in json.loads(r.out)}
 
 
-def test_following_the_advice_for_a_damaged_file_rebuilds_it(smoke, tmp_path, cli_process):
+def test_following_the_advice_for_a_damaged_file_rebuilds_it(smoke, tmp_path, cli):
     """Issue 27: a damaged circuits/discovered/seed0/summary.json or figure4/sweep.json said
     "delete it"; after that the stage showed "done earlier", rebuilt nothing, and A1-A5 / C0-C3
     became NOT RUN. A stage's done marker vouches for its files: the re-run rebuilds them."""
     out = tmp_path / "copy"
     shutil.copytree(smoke, out)
-    before = _verdicts(cli_process, out)
+    before = _verdicts(cli, out)
     damaged = [out / "circuits" / "discovered" / "seed0" / "summary.json", out / "figure4" / "sweep.json"]
     for path in damaged:
         path.write_text('{"cut sho')
-    r = cli_process("claims", str(out))
+    r = cli("claims", str(out))
     assert r.code == 2 and "delete it" in r.err, r.err
     for path in damaged:  # the advice
         path.unlink()
-    r = cli_process("reproduce", "--preset", "smoke", "--out", str(out))
+    r = cli("reproduce", "--preset", "smoke", "--out", str(out))
     assert r.code == 0, r.err
     assert "running the circuits stage again" in r.err and "running the figure4 stage again" in r.err
     summary = json.loads((out / "summary.json").read_text())
     assert [s for s in STAGE_NAMES if not summary["stages"][s].get("already_done")] == ["figure4", "circuits"]
     assert all(p.exists() for p in damaged)
-    after = _verdicts(cli_process, out)
+    after = _verdicts(cli, out)
     assert after == before and all(after[c] != claims.NOT_RUN for c in ("A1", "A5", "C0", "C3"))
 
 

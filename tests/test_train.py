@@ -167,12 +167,9 @@ def test_bad_train_config(kwargs):
 
 
 @pytest.mark.slow
-def test_train_cli_bad_input_is_one_line(tmp_path):
-    r = subprocess.run(
-        [sys.executable, "-m", "stackedheads", "train", "--out", str(tmp_path / "never"), "--preset", "smoke", "--dims", "3"],
-        capture_output=True, text=True,
-    )
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "dims" in r.stderr
+def test_train_cli_bad_input_is_one_line(tmp_path, cli):
+    r = cli("train", "--out", tmp_path / "never", "--preset", "smoke", "--dims", "3")
+    assert r.code == 2 and r.err.count("\n") == 1 and "dims" in r.err and not (tmp_path / "never").exists()
 
 
 def test_a_checkpoint_from_another_run_is_refused(tmp_path):

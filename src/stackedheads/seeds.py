@@ -37,8 +37,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from stackedheads.claims import PASS, VERDICTS
-from stackedheads.claims._circuits import heads_in, read_timeline, stage_from_files, training_summary
+from stackedheads.claims import NOT_RUN, PASS, VERDICTS
+from stackedheads.claims._circuits import finished_metrics, heads_in, loss_drops, read_timeline, stage_from_files, training_summary
 from stackedheads.errors import UsageError
 from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN, timeline
 from stackedheads.ordering import end_of_plateau, order_of
@@ -170,30 +170,15 @@ def _one_seed(stage: dict, seed: str) -> dict:
     return {**stage, "circuits": {seed: stage["circuits"][seed]} if seed in stage["circuits"] else {}}
 
 
-def _metrics(stage_dir: Path, run_name: str) -> list[dict]:
-    """The metrics.csv rows of the finished pieces (those :func:`training_summary` combined; []
-    where none was kept): a piece still training holds no seed of the result."""
-    from stackedheads.training.metrics import read_metrics
-
-    return [r for d in piece_dirs(stage_dir, run_name)
-            if (d / "summary.json").exists() and (d / "metrics.csv").exists() for r in read_metrics(d)]
-
-
 def _from_metrics(row: SeedRow, rows: list[dict], config: dict) -> None:
     """What metrics.csv says of one seed: each partial's fall below C2's threshold, the gap
     between validation and training loss over the final window, and (for a run without an
     emergence timeline) the plateau up to x1's fall."""
-    from stackedheads.sweep import cross_threshold, crossing_steps
-
     mine = [r for r in rows if str(r["seed"]) == row.seed]
     if not mine:
         return
-    task = config["task"]
-    parts = [f"val_x{j}" for j in range(1, task["depth"] + 1)] if task.get("ic", True) else []
-    if row.loss_drops is None and parts and all(p in mine[0] for p in parts):
-        drops = crossing_steps(mine, int(row.seed), parts, cross_threshold(task["chains"]))
-        row.loss_drops = {k[4:]: v for k, v in drops.items()}
-        row.loss_drop_order = order_of(list(drops.values()))
+    if row.loss_drops is None and (drops := loss_drops(mine, row.seed, config["task"])) is not None:
+        row.loss_drops, row.loss_drop_order = drops, order_of(list(drops.values()))
     from stackedheads.training.config import TrainConfig
 
     cfg = TrainConfig.from_dict(config)
@@ -229,7 +214,7 @@ def section_seeds(folder: Path, stage_name: str, label: str) -> RunSeeds | None:
     train = stage["train"] or {"config": {}, "seeds": {s: {} for s in stage["circuits"]}}
     section = SECTION_OF[stage_name]
     tl_dir = timeline(stage_dir)
-    metrics = _metrics(stage_dir, run_name) if stage["train"] else []
+    metrics = finished_metrics(stage_dir, run_name) if stage["train"] else []
     rows = []
     for seed in sorted(train["seeds"], key=int):
         final = train["seeds"][seed]
@@ -240,12 +225,12 @@ def section_seeds(folder: Path, stage_name: str, label: str) -> RunSeeds | None:
             row.n_heads = heads_in(train["config"]) if stage["train"] else None
             row.unexplained_rows = len(found["unexplained_heads"])
             row.shortcut_heads = len(found.get("shortcut_heads", []))
-        if found is None:
-            claims = []
-        elif section == "sec8":
-            claims = sec8.circuit_claims(_one_seed(stage, seed))
-        else:
-            claims = sec9.emergence_claims(_one_seed(stage, seed), tl_dir)
+        if section == "sec8":
+            claims = [] if found is None else sec8.circuit_claims(_one_seed(stage, seed))
+        else:  # E4 needs no circuit: a seed without one is judged from its metrics
+            falls = loss_drops(metrics, seed, train["config"]["task"]) if stage["train"] else None
+            claims = sec9.emergence_claims(_one_seed(stage, seed), tl_dir, {seed: falls} if falls else None)
+            claims = claims if found is not None else [c for c in claims if c.id == "E4" and c.verdict != NOT_RUN]
         for c in claims:
             row.verdicts[c.id] = c.verdict
             row.measured[c.id] = c.measured.removeprefix(f"seed {seed}: ")

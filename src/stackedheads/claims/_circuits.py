@@ -213,6 +213,28 @@ def training_summary(stage_dir: Path, run_name: str) -> dict | None:
     return pieces.combine(found)
 
 
+def finished_metrics(stage_dir: Path, run_name: str) -> list[dict]:
+    """The metrics.csv rows of the stage's finished pieces (those :func:`training_summary`
+    combines; [] where none kept one): a piece still training holds no seed of the result."""
+    from stackedheads.training.metrics import read_metrics
+
+    return [r for d in pieces.piece_dirs(stage_dir, run_name)
+            if (d / "summary.json").exists() and (d / "metrics.csv").exists() for r in read_metrics(d)]
+
+
+def loss_drops(rows: list[dict], seed: str, task: dict) -> dict[str, int | None] | None:
+    """Per position, the first evaluated step a seed's partial loss is below C2's threshold
+    (what an emergence timeline's ``loss_drops`` holds), from metrics.csv rows; None where the
+    rows do not hold the seed's partial losses (a non-IC run, or no rows)."""
+    from stackedheads.sweep import cross_threshold, crossing_steps
+
+    mine = [r for r in rows if str(r["seed"]) == str(seed)]
+    parts = [f"val_x{j}" for j in range(1, task["depth"] + 1)] if task.get("ic", True) else []
+    if not mine or not parts or not all(p in mine[0] for p in parts):
+        return None
+    return {k[4:]: v for k, v in crossing_steps(mine, int(seed), parts, cross_threshold(task["chains"])).items()}
+
+
 _WHEN = (int, float, type(None))  # a step, or null: never
 # What the claims and the report read of an emergence timeline.json (emergence.Timeline).
 TIMELINE = {

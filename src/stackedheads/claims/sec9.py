@@ -5,7 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from stackedheads.circuits.paths import key_kind
-from stackedheads.claims._circuits import gated, per_seed, read_timeline, stage_from_files, validation
+from stackedheads.claims._circuits import (
+    finished_metrics,
+    gated,
+    loss_drops,
+    per_seed,
+    read_timeline,
+    stage_from_files,
+    training_summary,
+    validation,
+)
 from stackedheads.claims._core import (
     FAIL,
     INCONCLUSIVE,
@@ -16,7 +25,7 @@ from stackedheads.claims._core import (
     not_run,
 )
 from stackedheads.layout import EMERGENCE_RUN, timeline
-from stackedheads.ordering import end_of_plateau
+from stackedheads.ordering import end_of_plateau, order_of
 
 SEC9 = "9 Emergence in transformer D"
 
@@ -28,12 +37,14 @@ _SEC9_PAPER = {
 }
 
 
-def emergence_claims(stage: dict | None, timeline_dir: Path | None) -> list[Claim]:
-    """Section 9 from ``{"train", "circuits"}`` of transformer D and its timelines."""
+def emergence_claims(stage: dict | None, timeline_dir: Path | None,
+                     drops: dict[str, dict[str, int | None]] | None = None) -> list[Claim]:
+    """Section 9 from ``{"train", "circuits"}`` of transformer D and its timelines. E4 needs no
+    circuit: a seed without a timeline is judged from ``drops`` (:func:`metric_drops`, the same
+    crossings its timeline would hold), so every trained seed counts."""
     sec, ps = SEC9, _SEC9_PAPER
-    if not stage or not stage.get("circuits"):
-        return [not_run(sec, k, p, "emergence") for k, p in ps.items()]
-    found = stage["circuits"]
+    drops = drops or {}
+    found = (stage or {}).get("circuits") or {}
     seeds = sorted(found, key=int)
     timelines = {s: read_timeline(timeline_dir / f"seed{s}" / "timeline.json", timeline_dir.parent) if timeline_dir else None
                  for s in seeds}
@@ -112,26 +123,48 @@ def emergence_claims(stage: dict | None, timeline_dir: Path | None) -> list[Clai
                     said.append(f"{x} is served by {', '.join(by)}, which attend by position (and chain role), not along a path")
         return "; " + "; ".join(said) if said else ""
 
-    def e4(t):
-        drops = t["loss_drops"]
-        shown = ", ".join(f"{k} {'never' if v is None else v}" for k, v in drops.items())
-        order = t["loss_drop_order"]
+    def e4(s):
+        t = timelines.get(s)
+        falls = t["loss_drops"] if t else drops.get(s)
+        if falls is None:
+            return INCONCLUSIVE, "no timeline, and no partial losses in the run's metrics.csv"
+        shown = ", ".join(f"{k} {'never' if v is None else v}" for k, v in falls.items())
+        order = t["loss_drop_order"] if t else order_of(list(falls.values()))
         verdict = {"in order": PASS, "out of order": FAIL}.get(order, INCONCLUSIVE)
-        if verdict == PASS and None in drops.values():
+        if verdict == PASS and None in falls.values():
             verdict, order = INCONCLUSIVE, "in order so far, but not every position dropped"
-        return verdict, f"{order}: first evaluated step below the C2 threshold: {shown}"
+        return verdict, f"{order}: first evaluated step below the C2 threshold: {shown}" + ("" if t else " (metrics.csv)")
 
+    e4_seeds = sorted(set(seeds) | set(drops), key=int)
+    last = Claim(sec, "E4", ps["E4"], *reversed(per_seed(e4_seeds, e4))) if e4_seeds else not_run(sec, "E4", ps["E4"], "emergence")
+    if not seeds:
+        return [not_run(sec, k, p, "emergence") for k, p in ps.items() if k != "E4"] + [last]
     return [
         Claim(sec, "E1", ps["E1"], *reversed(per_seed(seeds, gated(stage, e1)))),
         Claim(sec, "E2", ps["E2"], *reversed(per_seed(seeds, gated(stage, timed(e2))))),
         Claim(sec, "E3", ps["E3"], *reversed(per_seed(seeds, gated(stage, timed(e3, with_seed=True))))),
-        Claim(sec, "E4", ps["E4"], *reversed(per_seed(seeds, timed(e4)))),
+        last,
     ]
+
+
+def metric_drops(stage_dir: Path, run_name: str = EMERGENCE_RUN) -> dict[str, dict[str, int | None]]:
+    """Per trained seed of the stage's finished pieces, each partial loss's first evaluated step
+    below C2's threshold, from their metrics.csv."""
+    train = training_summary(stage_dir, run_name)
+    if not train:
+        return {}
+    rows = finished_metrics(stage_dir, run_name)
+    return {s: d for s in train["seeds"] if (d := loss_drops(rows, s, train["config"]["task"])) is not None}
+
+
+def _folder_claims(run: Path) -> list[Claim]:
+    stage_dir = Path(run) / "emergence"
+    return emergence_claims(stage_from_files(stage_dir, EMERGENCE_RUN), timeline(stage_dir), metric_drops(stage_dir))
 
 
 
 
 SECTIONS.register("sec9", Section(
     SEC9, 9, "emergence",
-    lambda run: emergence_claims(stage_from_files(Path(run) / "emergence", EMERGENCE_RUN), timeline(Path(run) / "emergence")),
+    _folder_claims,
 ))
