@@ -4,6 +4,7 @@ with TransformerLens's hooks."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -13,7 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-pytest.importorskip("transformer_lens")  # the `interop` extra; `make test` installs it
+# The `interop` extra (`make test` installs it), found without importing it: its 5 s import
+# would otherwise be paid by every pytest-xdist worker at collection (issue 42).
+if importlib.util.find_spec("transformer_lens") is None:
+    pytest.skip("transformer_lens is not installed (the `interop` extra)", allow_module_level=True)
 
 from stackedheads import presets  # noqa: E402
 from stackedheads.circuits.ablate import Circuit, DiscoveryRecord, HeadSpec, validate_run  # noqa: E402
