@@ -155,7 +155,6 @@ def test_settings_compare_an_unset_new_setting_as_absent(tmp_path, old, new, sam
             folder.require_same(old, new, "another grid")
 
 
-@pytest.mark.slow
 def test_cli_refuses_other_grid_and_bad_ranges_in_one_line(tmp_path, cli):
     depth.atomic_write_json(tmp_path / depth.SPEC_FILE, presets.depth("smoke").to_dict())
     for args in (["--depths", "1-3"], ["--layers", "three"], ["--preset", "huge"], ["--seeds", "0,0"]):

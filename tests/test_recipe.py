@@ -287,7 +287,6 @@ def test_step_zero_checkpoint_when_checkpoints_are_kept(tmp_path):
     assert steps[0] == 0 and steps[-1] == 20
 
 
-@pytest.mark.slow
 def test_cli_lr_nan_is_refused_before_anything_is_written(tmp_path, cli):
     out = tmp_path / "run"
     r = cli("train", "--preset", "smoke", "--lr", "nan", "--out", str(out))

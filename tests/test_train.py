@@ -166,7 +166,6 @@ def test_bad_train_config(kwargs):
         SMOKE.override(**kwargs)
 
 
-@pytest.mark.slow
 def test_train_cli_bad_input_is_one_line(tmp_path, cli):
     r = cli("train", "--out", tmp_path / "never", "--preset", "smoke", "--dims", "3")
     assert r.code == 2 and r.err.count("\n") == 1 and "dims" in r.err and not (tmp_path / "never").exists()

@@ -228,8 +228,9 @@ def section_seeds(folder: Path, stage_name: str, label: str) -> RunSeeds | None:
         if section == "sec8":
             claims = [] if found is None else sec8.circuit_claims(_one_seed(stage, seed))
         else:  # E4 needs no circuit: a seed without one is judged from its metrics
-            falls = loss_drops(metrics, seed, train["config"]["task"]) if stage["train"] else None
-            claims = sec9.emergence_claims(_one_seed(stage, seed), tl_dir, {seed: falls} if falls else None)
+            ic = stage["train"] and train["config"]["task"].get("ic", True)
+            claims = sec9.emergence_claims(_one_seed(stage, seed), tl_dir,
+                                           {seed: loss_drops(metrics, seed, train["config"]["task"])} if ic else None)
             claims = claims if found is not None else [c for c in claims if c.id == "E4" and c.verdict != NOT_RUN]
         for c in claims:
             row.verdicts[c.id] = c.verdict

@@ -215,11 +215,16 @@ def training_summary(stage_dir: Path, run_name: str) -> dict | None:
 
 def finished_metrics(stage_dir: Path, run_name: str) -> list[dict]:
     """The metrics.csv rows of the stage's finished pieces (those :func:`training_summary`
-    combines; [] where none kept one): a piece still training holds no seed of the result."""
+    combines; [] where none kept one), each piece's rows of the seeds its own summary holds: a
+    piece still training holds no seed of the result, and no piece speaks for another's seeds."""
     from stackedheads.training.metrics import read_metrics
 
-    return [r for d in pieces.piece_dirs(stage_dir, run_name)
-            if (d / "summary.json").exists() and (d / "metrics.csv").exists() for r in read_metrics(d)]
+    rows = []
+    for d in pieces.piece_dirs(stage_dir, run_name):
+        summary = read_json(d / "summary.json", TRAIN_SUMMARY, stage_dir) if (d / "summary.json").exists() else None
+        if summary and (d / "metrics.csv").exists():
+            rows += [r for r in read_metrics(d) if str(r["seed"]) in summary["seeds"]]
+    return rows
 
 
 def loss_drops(rows: list[dict], seed: str, task: dict) -> dict[str, int | None] | None:

@@ -9,6 +9,7 @@ from stackedheads.claims._circuits import (
     finished_metrics,
     gated,
     loss_drops,
+    no_summary,
     per_seed,
     read_timeline,
     stage_from_files,
@@ -18,6 +19,7 @@ from stackedheads.claims._circuits import (
 from stackedheads.claims._core import (
     FAIL,
     INCONCLUSIVE,
+    NOT_RUN,
     PASS,
     SECTIONS,
     Claim,
@@ -38,7 +40,7 @@ _SEC9_PAPER = {
 
 
 def emergence_claims(stage: dict | None, timeline_dir: Path | None,
-                     drops: dict[str, dict[str, int | None]] | None = None) -> list[Claim]:
+                     drops: dict[str, dict[str, int | None] | None] | None = None) -> list[Claim]:
     """Section 9 from ``{"train", "circuits"}`` of transformer D and its timelines. E4 needs no
     circuit: a seed without a timeline is judged from ``drops`` (:func:`metric_drops`, the same
     crossings its timeline would hold), so every trained seed counts."""
@@ -127,6 +129,8 @@ def emergence_claims(stage: dict | None, timeline_dir: Path | None,
         t = timelines.get(s)
         falls = t["loss_drops"] if t else drops.get(s)
         if falls is None:
+            if stage and stage.get("train") is None and stage.get("missing"):
+                return INCONCLUSIVE, "no timeline, and " + no_summary(stage)
             return INCONCLUSIVE, "no timeline, and no partial losses in the run's metrics.csv"
         shown = ", ".join(f"{k} {'never' if v is None else v}" for k, v in falls.items())
         order = t["loss_drop_order"] if t else order_of(list(falls.values()))
@@ -138,7 +142,10 @@ def emergence_claims(stage: dict | None, timeline_dir: Path | None,
     e4_seeds = sorted(set(seeds) | set(drops), key=int)
     last = Claim(sec, "E4", ps["E4"], *reversed(per_seed(e4_seeds, e4))) if e4_seeds else not_run(sec, "E4", ps["E4"], "emergence")
     if not seeds:
-        return [not_run(sec, k, p, "emergence") for k, p in ps.items() if k != "E4"] + [last]
+        if not drops:
+            return [not_run(sec, k, p, "emergence") for k, p in ps.items() if k != "E4"] + [last]
+        return [Claim(sec, k, p, "no circuits discovered: a trained run without them decides E4 only", NOT_RUN)
+                for k, p in ps.items() if k != "E4"] + [last]
     return [
         Claim(sec, "E1", ps["E1"], *reversed(per_seed(seeds, gated(stage, e1)))),
         Claim(sec, "E2", ps["E2"], *reversed(per_seed(seeds, gated(stage, timed(e2))))),
@@ -147,14 +154,15 @@ def emergence_claims(stage: dict | None, timeline_dir: Path | None,
     ]
 
 
-def metric_drops(stage_dir: Path, run_name: str = EMERGENCE_RUN) -> dict[str, dict[str, int | None]]:
+def metric_drops(stage_dir: Path, run_name: str = EMERGENCE_RUN) -> dict[str, dict[str, int | None] | None]:
     """Per trained seed of the stage's finished pieces, each partial loss's first evaluated step
-    below C2's threshold, from their metrics.csv."""
+    below C2's threshold, from their metrics.csv; None for a seed whose rows are missing (E4
+    then says so for it). {} for a run without partial losses (not IC) or not finished."""
     train = training_summary(stage_dir, run_name)
-    if not train:
+    if not train or not train["config"]["task"].get("ic", True):
         return {}
     rows = finished_metrics(stage_dir, run_name)
-    return {s: d for s in train["seeds"] if (d := loss_drops(rows, s, train["config"]["task"])) is not None}
+    return {s: loss_drops(rows, s, train["config"]["task"]) for s in train["seeds"]}
 
 
 def _folder_claims(run: Path) -> list[Claim]:
