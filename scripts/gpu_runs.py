@@ -6,8 +6,11 @@
 Each argument is one run, highest priority first: `train --preset PRESET --recipe RECIPE --seeds
 SEEDS --dtype DTYPE --device cuda --threads 1` (DTYPE float32 unless named; RECIPE gpt2 is the
 presets' own) in ROOT/PRESET-RECIPE-DTYPE. They start together. Every 20 s each run's recent
-steps per second give its end; while one would end after DEADLINE - RESERVE, the lowest-priority
-run still training is stopped, so the others finish and leave RESERVE seconds for analysis.
+steps per second give its time left alone; the runs that cannot end before DEADLINE (less RESERVE
+for those analysed) after the runs of higher priority are stopped, all at once. A run named in
+PIECES is never stopped early: it trains to the deadline, and the next call with the same ROOT
+on the same warm machine (a machine keeps /tmp while it stays warm) resumes it from its last
+checkpoint (sec8's 24,000 steps take about 10 minutes alone on an H100: two calls).
 
 As a run ends (with ANALYSE set): `circuit discover --threshold 0.05` (App. E) for each seed in a
 process of its own, then `attention` per seed (sec8: Figure 5's maps) or `emergence` (where the
@@ -23,9 +26,12 @@ launches in a launch-bound step). `--cuda-graph` (SCREEN_EXTRA) replays each ste
 Environment: SCREEN_DEVICE (cuda), SCREEN_ROOT (/tmp/gpu-runs), SCREEN_EXTRA (more train options
 for every run, e.g. --cuda-graph), SCREEN_KEEP (set: keep every checkpoint, for timelines),
 SCREEN_CHECK0 (first check, s: 60), ANALYSE ("1": analyse every run as above; else the names of
-the runs to analyse, comma-separated, e.g. sec8-gpt2-float32), RESERVE (s kept for analysis:
-150 with ANALYSE, else 0), ANALYSIS_THREADS (threads per analysis process: 2), SCREEN_EXPORT (set:
-each run's last checkpoint, model only, as OUT/<run>.safetensors: `circuit discover` elsewhere).
+the runs to analyse, comma-separated, e.g. sec8-gpt2-float32), RESERVE (s kept for analysis
+by the runs ANALYSE names: 150 with ANALYSE, else 0), ANALYSE_SPARE (runs analysed too as they end, in
+the time left, none reserved), ANALYSIS_THREADS (threads per analysis process: 2), ANALYSIS_SLOTS
+(analyses at once: the cores over the threads, less one), SCREEN_EXPORT ("1" or run names: each
+one's last checkpoint, model only, as OUT/<run>-seed<S>.safetensors per seed: `circuit discover`
+elsewhere). Analyses start in the runs' priority order.
 """
 import json
 import os
@@ -41,9 +47,11 @@ OUT, DEADLINE = Path(sys.argv[1]), float(sys.argv[2])
 ROOT = Path(os.environ.get("SCREEN_ROOT", "/tmp/gpu-runs"))
 ROOT.mkdir(parents=True, exist_ok=True)
 ANALYSE = os.environ.get("ANALYSE", "")  # "1": every run; else the names of the runs to analyse, comma-separated
+SPARE = os.environ.get("ANALYSE_SPARE", "").split(",")  # analysed too, with no time reserved for them
 RESERVE = float(os.environ.get("RESERVE", "150" if ANALYSE else "0"))
+PIECES = os.environ.get("PIECES", "").split(",")  # trained to the deadline, resumed by the next call
 THREADS = os.environ.get("ANALYSIS_THREADS", "2")
-SLOTS = max(1, (os.cpu_count() or 2) // int(THREADS) - 1)  # one core's worth left to the trainings
+SLOTS = int(os.environ.get("ANALYSIS_SLOTS", 0)) or max(1, (os.cpu_count() or 2) // int(THREADS) - 1)
 t0 = time.monotonic()
 log = open(OUT / "driver.log", "a", buffering=1)
 
@@ -71,8 +79,12 @@ for spec in sys.argv[3:]:
     args = cli("train", "--preset", preset, "--recipe", recipe, "--seeds", seeds, "--dtype", dtype,
                "--device", os.environ.get("SCREEN_DEVICE", "cuda"), "--threads", "1", keep, "--out", ROOT / name,
                *os.environ.get("SCREEN_EXTRA", "").split())
-    train[name] = subprocess.Popen(args, env=env("1"), stdout=open(ROOT / f"{name}.log", "w"), stderr=subprocess.STDOUT)
+    train[name] = subprocess.Popen(args, env=env("1"), stdout=open(ROOT / f"{name}.log", "a"), stderr=subprocess.STDOUT)
     say(f"started {name}: {' '.join(args[3:])}")
+
+
+def reserved(name):
+    return ANALYSE == "1" or name in ANALYSE.split(",")
 
 
 def progress(name):
@@ -117,7 +129,7 @@ while True:
                 p.kill()
         break
     for name, p in train.items():  # a training that just ended successfully queues its analysis
-        if p.poll() == 0 and (ANALYSE == "1" or name in ANALYSE.split(",")) and name not in analysed:
+        if p.poll() == 0 and (reserved(name) or name in SPARE) and name not in analysed:
             analysed.add(name)
             queue.update(analysis_jobs(name))
             say(f"{name}: trained; analysis queued")
@@ -126,7 +138,7 @@ while True:
             (finished if p.returncode == 0 else failed).add(job)
             say(f"{job}: exit {p.returncode}")
             del running[job]
-    for job, (argv, deps) in list(queue.items()):
+    for job, (argv, deps) in sorted(queue.items(), key=lambda kv: list(RUNS).index(kv[0].split("/")[0])):
         if any(d in failed for d in deps):
             failed.add(job)
             del queue[job]
@@ -137,15 +149,27 @@ while True:
             say(f"{job}: started")
     if now >= next_check:
         next_check = now + 20
-        ends = {}
-        for name, p in train.items():
-            if p.poll() is None and (pr := progress(name)):
-                ends[name] = now + (pr[1] - pr[0]) / max(pr[2], 1e-6) + 15
-                say(f"{name}: step {pr[0]}, {pr[2]:.1f} steps/s, ends at about {ends[name]:.0f}s")
-        if ends and max(ends.values()) > DEADLINE - RESERVE - 10:
-            victim = [n for n in train if n in ends][-1]
-            say(f"an end after the deadline ({max(ends.values()):.0f}s > {DEADLINE - RESERVE - 10:.0f}s): stopping {victim}")
-            train[victim].kill()
+        # Each live run's time left alone: its remaining steps at its rate times the runs sharing
+        # the GPU (on an H100, eight eager sec9 runs at once made 23 steps/s in all, one alone 21).
+        # The runs kept are the longest prefix, by priority, whose times alone add up to an end
+        # before the deadline; the rest stop now, all at once (stopped one by one, every run of
+        # an overfull call was stopped before one could end).
+        live = {n: pr for n, p in train.items() if p.poll() is None and (pr := progress(n))}
+        if len(live) == sum(p.poll() is None for p in train.values()) and live:
+            t, keep = now, []
+            for name, (step, steps, rate) in live.items():
+                say(f"{name}: step {step}, {rate:.1f} steps/s")
+            for name, (step, steps, rate) in live.items():
+                t += (steps - step) / max(rate * len(live), 1e-6) + 15
+                fits = t <= DEADLINE - (RESERVE if reserved(name) else 0) - 10
+                if fits or name in PIECES:
+                    keep.append(name)
+                if not fits and name not in PIECES:
+                    break
+            for name in live:
+                if name not in keep:
+                    say(f"{name}: cannot end before the deadline with {', '.join(keep) or 'nothing'} before it: stopping it")
+                    train[name].kill()
     if not (running or queue or any(p.poll() is None for p in train.values())):
         break
     time.sleep(1)
@@ -157,15 +181,19 @@ with tarfile.open(OUT / "runs.tgz", "w:gz") as tar:
         if f.is_file() and not f.is_symlink() and f.suffix in SMALL and ".lock" not in f.name:
             tar.add(f, arcname=str(f.relative_to(ROOT.parent)))
 say(f"archived; total {time.monotonic() - t0:.0f}s")
-# The last checkpoint of each run without its optimizer state (a quarter of the bytes).
-if os.environ.get("SCREEN_EXPORT"):
+# The last checkpoint of each run named, per seed (a returned file holds at most 16 MiB), without its
+# optimizer state: one member's slice of every model tensor (each leads with the ensemble's axis).
+EXPORT = os.environ.get("SCREEN_EXPORT", "")
+if EXPORT:
     from stackedheads.training.checkpoints import list_checkpoints, read_checkpoint, write_checkpoint
     from stackedheads.training.config import TrainConfig
 
     for name in train:
-        if ckpts := list_checkpoints(ROOT / name):
+        if (EXPORT == "1" or name in EXPORT.split(",")) and (ckpts := list_checkpoints(ROOT / name)):
             tensors, meta = read_checkpoint(ckpts[-1][1])
             cfg = TrainConfig.from_dict(json.loads(meta["config"]))
-            write_checkpoint(OUT / f"{name}.safetensors", {k: v for k, v in tensors.items() if k.startswith("model.")},
-                             int(meta["step"]), cfg)
-            say(f"exported {name} step {meta['step']}")
+            for i, seed in enumerate(cfg.seeds):
+                write_checkpoint(OUT / f"{name}-seed{seed}.safetensors",
+                                 {k: v[i:i + 1].clone() for k, v in tensors.items() if k.startswith("model.")},
+                                 int(meta["step"]), cfg.override(seeds=(seed,)))
+            say(f"exported {name} step {meta['step']}, seeds {list(cfg.seeds)}")
