@@ -43,157 +43,178 @@ from pathlib import Path
 
 from stackedheads.training.metrics import read_metrics
 
-OUT, DEADLINE = Path(sys.argv[1]), float(sys.argv[2])
-ROOT = Path(os.environ.get("SCREEN_ROOT", "/tmp/gpu-runs"))
-ROOT.mkdir(parents=True, exist_ok=True)
-ANALYSE = os.environ.get("ANALYSE", "")  # "1": every run; else the names of the runs to analyse, comma-separated
-SPARE = os.environ.get("ANALYSE_SPARE", "").split(",")  # analysed too, with no time reserved for them
-RESERVE = float(os.environ.get("RESERVE", "150" if ANALYSE else "0"))
-PIECES = os.environ.get("PIECES", "").split(",")  # trained to the deadline, resumed by the next call
-THREADS = os.environ.get("ANALYSIS_THREADS", "2")
-SLOTS = int(os.environ.get("ANALYSIS_SLOTS", 0)) or max(1, (os.cpu_count() or 2) // int(THREADS) - 1)
-t0 = time.monotonic()
-log = open(OUT / "driver.log", "a", buffering=1)
+
+def runs_to_keep(live, now, deadline, margin, pieces=()):
+    """The runs to keep training: ``live`` maps each run still training, highest priority first,
+    to (step, steps in the run, its steps per second now); ``margin(name)`` is the time it must
+    end before ``deadline``. Each run's time alone is its remaining steps at its rate times the
+    runs sharing the GPU (on an H100, eight eager sec9 runs at once made 23 steps/s in all, one
+    alone 21). Kept: the longest prefix, by priority, whose times alone add up to an end in time,
+    and every run in ``pieces`` (trained to the deadline, resumed by the next call)."""
+    t, keep = now, []
+    for name, (step, steps, rate) in live.items():
+        t += (steps - step) / max(rate * len(live), 1e-6) + 15
+        fits = t <= deadline - margin(name)
+        if fits or name in pieces:
+            keep.append(name)
+        if not fits and name not in pieces:
+            break
+    return keep
 
 
-def say(msg):
-    log.write(f"{time.monotonic() - t0:7.1f}s {msg}\n")
-
-
-def env(threads):
-    path = os.pathsep.join(p for p in ("src", os.environ.get("PYTHONPATH", "")) if p)  # carried wheels stay visible
-    return dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, PYTHONPATH=path, PYTHONUNBUFFERED="1")
-
-
-def cli(*args):
-    return [sys.executable, "-m", "stackedheads", *map(str, args)]
-
-
-RUNS = {}  # name -> (preset, seeds), highest priority first
-train = {}
-for spec in sys.argv[3:]:
-    preset, recipe, seeds, dtype = (spec.split(":") + ["float32"])[:4]
-    name = f"{preset}-{recipe}-{dtype}"
-    RUNS[name] = (preset, [int(s) for s in seeds.split(",")])
-    keep = "--keep-checkpoints" if os.environ.get("SCREEN_KEEP") else "--no-keep-checkpoints"
-    args = cli("train", "--preset", preset, "--recipe", recipe, "--seeds", seeds, "--dtype", dtype,
-               "--device", os.environ.get("SCREEN_DEVICE", "cuda"), "--threads", "1", keep, "--out", ROOT / name,
-               *os.environ.get("SCREEN_EXTRA", "").split())
-    train[name] = subprocess.Popen(args, env=env("1"), stdout=open(ROOT / f"{name}.log", "a"), stderr=subprocess.STDOUT)
-    say(f"started {name}: {' '.join(args[3:])}")
-
-
-def reserved(name):
-    return ANALYSE == "1" or name in ANALYSE.split(",")
-
-
-def progress(name):
-    """(last step, steps in the run, steps per second over the last 30 s of its own clock), or None."""
-    try:
-        steps = json.loads((ROOT / name / "config.json").read_text())["steps"]
-        pts = sorted({(int(r["step"]), float(r["wall_s"])) for r in read_metrics(ROOT / name)})
-    except Exception:  # not yet written, or a row half-written: judged at the next check
-        return None
-    if len(pts) < 2:
-        return None
-    s1, w1 = pts[-1]
-    s0, w0 = ([p for p in pts if p[1] <= w1 - 30] or pts[:1])[-1]
-    return s1, steps, (s1 - s0) / max(w1 - w0, 1e-6)
-
-
-def analysis_jobs(name):
-    """Each job: (argv, the jobs it waits for). Circuits per seed, then maps or a timeline."""
-    preset, seeds = RUNS[name]
-    run, an = ROOT / name, ROOT / f"{name}-analysis"
-    jobs = {f"discover-{s}": (cli("circuit", "discover", run, "--seeds", s, "--threshold", "0.05", "--out", an / f"discovered-{s}"), [])
-            for s in seeds}
-    if preset.startswith("sec8"):
-        for s in seeds:
-            jobs[f"maps-{s}"] = (cli("attention", run, "--seed", s, "--out", an / "maps" / f"seed{s}"), [])
-    if os.environ.get("SCREEN_KEEP"):
-        # emergence reads one folder of seed*/circuit.json: the per-seed outputs, linked together
-        links = " && ".join(f"ln -sfn {an}/discovered-{s}/seed{s} {an}/discovered/seed{s}" for s in seeds)
-        cmd = " ".join(cli("emergence", run, "--circuits", an / "discovered", "--out", an / "timeline"))
-        jobs["emergence"] = (["bash", "-c", f"mkdir -p {an}/discovered && {links} && {cmd}"], [f"discover-{s}" for s in seeds])
-    return {f"{name}/{k}": (argv, [f"{name}/{d}" for d in deps]) for k, (argv, deps) in jobs.items()}
-
-
-queue, running, finished, failed, analysed = {}, {}, set(), set(), set()
-next_check = float(os.environ.get("SCREEN_CHECK0", "60"))
-while True:
-    now = time.monotonic() - t0
-    if now > DEADLINE:
-        for name, p in [*train.items(), *running.items()]:
-            if p.poll() is None:
-                say(f"deadline: stopping {name}" + (f" at {progress(name)}" if name in train else ""))
-                p.kill()
-        break
-    for name, p in train.items():  # a training that just ended successfully queues its analysis
-        if p.poll() == 0 and (reserved(name) or name in SPARE) and name not in analysed:
-            analysed.add(name)
-            queue.update(analysis_jobs(name))
-            say(f"{name}: trained; analysis queued")
-    for job, p in list(running.items()):
-        if p.poll() is not None:
-            (finished if p.returncode == 0 else failed).add(job)
-            say(f"{job}: exit {p.returncode}")
-            del running[job]
-    for job, (argv, deps) in sorted(queue.items(), key=lambda kv: list(RUNS).index(kv[0].split("/")[0])):
-        if any(d in failed for d in deps):
-            failed.add(job)
-            del queue[job]
-        elif len(running) < SLOTS and all(d in finished for d in deps):
-            logf = open(ROOT / f"{job.replace('/', '--')}.log", "w")
-            running[job] = subprocess.Popen(argv, env=env(THREADS), stdout=logf, stderr=subprocess.STDOUT)
-            del queue[job]
-            say(f"{job}: started")
-    if now >= next_check:
-        next_check = now + 20
-        # Each live run's time left alone: its remaining steps at its rate times the runs sharing
-        # the GPU (on an H100, eight eager sec9 runs at once made 23 steps/s in all, one alone 21).
-        # The runs kept are the longest prefix, by priority, whose times alone add up to an end
-        # before the deadline; the rest stop now, all at once (stopped one by one, every run of
-        # an overfull call was stopped before one could end).
-        live = {n: pr for n, p in train.items() if p.poll() is None and (pr := progress(n))}
-        if len(live) == sum(p.poll() is None for p in train.values()) and live:
-            t, keep = now, []
-            for name, (step, steps, rate) in live.items():
-                say(f"{name}: step {step}, {rate:.1f} steps/s")
-            for name, (step, steps, rate) in live.items():
-                t += (steps - step) / max(rate * len(live), 1e-6) + 15
-                fits = t <= DEADLINE - (RESERVE if reserved(name) else 0) - 10
-                if fits or name in PIECES:
-                    keep.append(name)
-                if not fits and name not in PIECES:
-                    break
-            for name in live:
-                if name not in keep:
-                    say(f"{name}: cannot end before the deadline with {', '.join(keep) or 'nothing'} before it: stopping it")
-                    train[name].kill()
-    if not (running or queue or any(p.poll() is None for p in train.values())):
-        break
-    time.sleep(1)
-for name, p in train.items():
-    say(f"{name}: exit {p.wait()}")
-SMALL = (".json", ".jsonl", ".csv", ".log", ".png", ".svg")
-with tarfile.open(OUT / "runs.tgz", "w:gz") as tar:
-    for f in sorted(ROOT.rglob("*")):
-        if f.is_file() and not f.is_symlink() and f.suffix in SMALL and ".lock" not in f.name:
-            tar.add(f, arcname=str(f.relative_to(ROOT.parent)))
-say(f"archived; total {time.monotonic() - t0:.0f}s")
-# The last checkpoint of each run named, per seed (a returned file holds at most 16 MiB), without its
-# optimizer state: one member's slice of every model tensor (each leads with the ensemble's axis).
-EXPORT = os.environ.get("SCREEN_EXPORT", "")
-if EXPORT:
-    from stackedheads.training.checkpoints import list_checkpoints, read_checkpoint, write_checkpoint
+def export_seeds(checkpoint, prefix):
+    """A checkpoint's model, without its optimizer state, as one file per seed: PREFIX-seed<S>.safetensors
+    (a file the device returns holds at most 16 MiB; a sec8 seed is 9.5 MB). Each model tensor leads
+    with the ensemble's axis, so a seed's file is its member's slice, with a config of that seed alone:
+    a run folder of one seed for `circuit discover` and `attention`. Returns the step and the seeds."""
+    from stackedheads.training.checkpoints import read_checkpoint, write_checkpoint
     from stackedheads.training.config import TrainConfig
 
-    for name in train:
-        if (EXPORT == "1" or name in EXPORT.split(",")) and (ckpts := list_checkpoints(ROOT / name)):
-            tensors, meta = read_checkpoint(ckpts[-1][1])
-            cfg = TrainConfig.from_dict(json.loads(meta["config"]))
-            for i, seed in enumerate(cfg.seeds):
-                write_checkpoint(OUT / f"{name}-seed{seed}.safetensors",
-                                 {k: v[i:i + 1].clone() for k, v in tensors.items() if k.startswith("model.")},
-                                 int(meta["step"]), cfg.override(seeds=(seed,)))
-            say(f"exported {name} step {meta['step']}, seeds {list(cfg.seeds)}")
+    tensors, meta = read_checkpoint(checkpoint)
+    cfg = TrainConfig.from_dict(json.loads(meta["config"]))
+    for i, seed in enumerate(cfg.seeds):
+        write_checkpoint(Path(f"{prefix}-seed{seed}.safetensors"),
+                         {k: v[i:i + 1].clone() for k, v in tensors.items() if k.startswith("model.")},
+                         int(meta["step"]), cfg.override(seeds=(seed,)))
+    return int(meta["step"]), list(cfg.seeds)
+
+
+def main():
+    OUT, DEADLINE = Path(sys.argv[1]), float(sys.argv[2])
+    ROOT = Path(os.environ.get("SCREEN_ROOT", "/tmp/gpu-runs"))
+    ROOT.mkdir(parents=True, exist_ok=True)
+    ANALYSE = os.environ.get("ANALYSE", "")  # "1": every run; else the names of the runs to analyse, comma-separated
+    SPARE = os.environ.get("ANALYSE_SPARE", "").split(",")  # analysed too, with no time reserved for them
+    RESERVE = float(os.environ.get("RESERVE", "150" if ANALYSE else "0"))
+    PIECES = os.environ.get("PIECES", "").split(",")  # trained to the deadline, resumed by the next call
+    THREADS = os.environ.get("ANALYSIS_THREADS", "2")
+    SLOTS = int(os.environ.get("ANALYSIS_SLOTS", 0)) or max(1, (os.cpu_count() or 2) // int(THREADS) - 1)
+    t0 = time.monotonic()
+    log = open(OUT / "driver.log", "a", buffering=1)
+
+
+    def say(msg):
+        log.write(f"{time.monotonic() - t0:7.1f}s {msg}\n")
+
+
+    def env(threads):
+        path = os.pathsep.join(p for p in ("src", os.environ.get("PYTHONPATH", "")) if p)  # carried wheels stay visible
+        return dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, PYTHONPATH=path, PYTHONUNBUFFERED="1")
+
+
+    def cli(*args):
+        return [sys.executable, "-m", "stackedheads", *map(str, args)]
+
+
+    RUNS = {}  # name -> (preset, seeds), highest priority first
+    train = {}
+    for spec in sys.argv[3:]:
+        preset, recipe, seeds, dtype = (spec.split(":") + ["float32"])[:4]
+        name = f"{preset}-{recipe}-{dtype}"
+        RUNS[name] = (preset, [int(s) for s in seeds.split(",")])
+        keep = "--keep-checkpoints" if os.environ.get("SCREEN_KEEP") else "--no-keep-checkpoints"
+        args = cli("train", "--preset", preset, "--recipe", recipe, "--seeds", seeds, "--dtype", dtype,
+                   "--device", os.environ.get("SCREEN_DEVICE", "cuda"), "--threads", "1", keep, "--out", ROOT / name,
+                   *os.environ.get("SCREEN_EXTRA", "").split())
+        train[name] = subprocess.Popen(args, env=env("1"), stdout=open(ROOT / f"{name}.log", "a"), stderr=subprocess.STDOUT)
+        say(f"started {name}: {' '.join(args[3:])}")
+
+
+    def reserved(name):
+        return ANALYSE == "1" or name in ANALYSE.split(",")
+
+
+    def progress(name):
+        """(last step, steps in the run, steps per second over the last 30 s of its own clock), or None."""
+        try:
+            steps = json.loads((ROOT / name / "config.json").read_text())["steps"]
+            pts = sorted({(int(r["step"]), float(r["wall_s"])) for r in read_metrics(ROOT / name)})
+        except Exception:  # not yet written, or a row half-written: judged at the next check
+            return None
+        if len(pts) < 2:
+            return None
+        s1, w1 = pts[-1]
+        s0, w0 = ([p for p in pts if p[1] <= w1 - 30] or pts[:1])[-1]
+        return s1, steps, (s1 - s0) / max(w1 - w0, 1e-6)
+
+
+    def analysis_jobs(name):
+        """Each job: (argv, the jobs it waits for). Circuits per seed, then maps or a timeline."""
+        preset, seeds = RUNS[name]
+        run, an = ROOT / name, ROOT / f"{name}-analysis"
+        jobs = {f"discover-{s}": (cli("circuit", "discover", run, "--seeds", s, "--threshold", "0.05", "--out", an / f"discovered-{s}"), [])
+                for s in seeds}
+        if preset.startswith("sec8"):
+            for s in seeds:
+                jobs[f"maps-{s}"] = (cli("attention", run, "--seed", s, "--out", an / "maps" / f"seed{s}"), [])
+        if os.environ.get("SCREEN_KEEP"):
+            # emergence reads one folder of seed*/circuit.json: the per-seed outputs, linked together
+            links = " && ".join(f"ln -sfn {an}/discovered-{s}/seed{s} {an}/discovered/seed{s}" for s in seeds)
+            cmd = " ".join(cli("emergence", run, "--circuits", an / "discovered", "--out", an / "timeline"))
+            jobs["emergence"] = (["bash", "-c", f"mkdir -p {an}/discovered && {links} && {cmd}"], [f"discover-{s}" for s in seeds])
+        return {f"{name}/{k}": (argv, [f"{name}/{d}" for d in deps]) for k, (argv, deps) in jobs.items()}
+
+
+    queue, running, finished, failed, analysed = {}, {}, set(), set(), set()
+    next_check = float(os.environ.get("SCREEN_CHECK0", "60"))
+    while True:
+        now = time.monotonic() - t0
+        if now > DEADLINE:
+            for name, p in [*train.items(), *running.items()]:
+                if p.poll() is None:
+                    say(f"deadline: stopping {name}" + (f" at {progress(name)}" if name in train else ""))
+                    p.kill()
+            break
+        for name, p in train.items():  # a training that just ended successfully queues its analysis
+            if p.poll() == 0 and (reserved(name) or name in SPARE) and name not in analysed:
+                analysed.add(name)
+                queue.update(analysis_jobs(name))
+                say(f"{name}: trained; analysis queued")
+        for job, p in list(running.items()):
+            if p.poll() is not None:
+                (finished if p.returncode == 0 else failed).add(job)
+                say(f"{job}: exit {p.returncode}")
+                del running[job]
+        for job, (argv, deps) in sorted(queue.items(), key=lambda kv: list(RUNS).index(kv[0].split("/")[0])):
+            if any(d in failed for d in deps):
+                failed.add(job)
+                del queue[job]
+            elif len(running) < SLOTS and all(d in finished for d in deps):
+                logf = open(ROOT / f"{job.replace('/', '--')}.log", "w")
+                running[job] = subprocess.Popen(argv, env=env(THREADS), stdout=logf, stderr=subprocess.STDOUT)
+                del queue[job]
+                say(f"{job}: started")
+        if now >= next_check:
+            next_check = now + 20
+            live = {n: pr for n, p in train.items() if p.poll() is None and (pr := progress(n))}
+            if len(live) == sum(p.poll() is None for p in train.values()) and live:
+                for name, (step, steps, rate) in live.items():
+                    say(f"{name}: step {step}, {rate:.1f} steps/s")
+                keep = runs_to_keep(live, now, DEADLINE, lambda n: (RESERVE if reserved(n) else 0) + 10, PIECES)
+                for name in live:
+                    if name not in keep:
+                        say(f"{name}: cannot end before the deadline with {', '.join(keep) or 'nothing'} before it: stopping it")
+                        train[name].kill()
+        if not (running or queue or any(p.poll() is None for p in train.values())):
+            break
+        time.sleep(1)
+    for name, p in train.items():
+        say(f"{name}: exit {p.wait()}")
+    SMALL = (".json", ".jsonl", ".csv", ".log", ".png", ".svg")
+    with tarfile.open(OUT / "runs.tgz", "w:gz") as tar:
+        for f in sorted(ROOT.rglob("*")):
+            if f.is_file() and not f.is_symlink() and f.suffix in SMALL and ".lock" not in f.name:
+                tar.add(f, arcname=str(f.relative_to(ROOT.parent)))
+    say(f"archived; total {time.monotonic() - t0:.0f}s")
+    EXPORT = os.environ.get("SCREEN_EXPORT", "")
+    if EXPORT:
+        from stackedheads.training.checkpoints import list_checkpoints
+
+        for name in train:
+            if (EXPORT == "1" or name in EXPORT.split(",")) and (ckpts := list_checkpoints(ROOT / name)):
+                step, seeds = export_seeds(ckpts[-1][1], OUT / name)
+                say(f"exported {name} step {step}, seeds {seeds}")
+
+
+if __name__ == "__main__":
+    main()

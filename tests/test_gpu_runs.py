@@ -1,0 +1,76 @@
+"""scripts/gpu_runs.py, the driver of a lent GPU's call: which runs it keeps under its deadline,
+and the per-seed exports it returns (CI has no GPU; both parts are plain Python and torch)."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from stackedheads import presets
+from stackedheads.training import train
+from stackedheads.training.checkpoints import list_checkpoints, load_model
+
+spec = importlib.util.spec_from_file_location("gpu_runs", Path(__file__).parents[1] / "scripts" / "gpu_runs.py")
+gpu_runs = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gpu_runs)  # its main() runs only as a script
+
+
+def no_margin(name):
+    return 0
+
+
+def test_keeps_every_run_that_ends_in_time_together():
+    # Two runs sharing the GPU at 10 steps/s each: 100 and 200 steps left are 5 and 10 s alone.
+    live = {"a": (900, 1000, 10.0), "b": (800, 1000, 10.0)}
+    assert gpu_runs.runs_to_keep(live, now=0, deadline=100, margin=no_margin) == ["a", "b"]
+
+
+def test_keeps_the_longest_prefix_by_priority_and_stops_the_rest_at_once():
+    # Three runs at 5 steps/s each (15 alone): 1,500 steps left are 100 s alone, +15 s each.
+    live = {"a": (0, 1500, 5.0), "b": (0, 1500, 5.0), "c": (1400, 1500, 5.0)}
+    # c alone would end by 32 s, but only after b, which cannot: the prefix stops at b.
+    assert gpu_runs.runs_to_keep(live, now=10, deadline=130, margin=no_margin) == ["a"]
+    assert gpu_runs.runs_to_keep(live, now=10, deadline=262, margin=no_margin) == ["a", "b", "c"]
+    assert gpu_runs.runs_to_keep(live, now=10, deadline=124, margin=no_margin) == []
+
+
+def test_a_runs_margin_is_its_analysis_reserve():
+    live = {"a": (0, 1000, 10.0)}  # 100 s alone, ends at 115 with the 15 s allowance
+    assert gpu_runs.runs_to_keep(live, now=0, deadline=130, margin=lambda n: 10) == ["a"]
+    assert gpu_runs.runs_to_keep(live, now=0, deadline=130, margin=lambda n: 20) == []
+
+
+def test_a_run_in_pieces_trains_to_the_deadline_and_the_runs_after_it_stop():
+    live = {"sec8": (0, 24000, 40.0), "sec9": (6000, 6400, 20.0)}
+    kept = gpu_runs.runs_to_keep(live, now=0, deadline=300, margin=no_margin, pieces=("sec8",))
+    assert kept == ["sec8"]
+    live = {"sec9": (6000, 6400, 10.0), "sec8": (0, 24000, 20.0)}
+    kept = gpu_runs.runs_to_keep(live, now=0, deadline=300, margin=no_margin, pieces=("sec8",))
+    assert kept == ["sec9", "sec8"]
+
+
+@pytest.fixture(scope="module")
+def two_seed_checkpoint(tmp_path_factory):
+    run = tmp_path_factory.mktemp("export") / "run"
+    train(presets.SEC9_SMOKE.override(steps=8, ckpt_every=8, warmup_steps=2, seeds=(3, 5), final_window=2, eval_every=4), run)
+    return list_checkpoints(run)[-1][1]
+
+
+def test_each_seeds_export_is_its_member_alone(two_seed_checkpoint, tmp_path):
+    step, seeds = gpu_runs.export_seeds(two_seed_checkpoint, tmp_path / "run")
+    assert (step, seeds) == (8, [3, 5])
+    ensemble, cfg, _ = load_model(two_seed_checkpoint)
+    x = torch.randn(2, 7, cfg.model_config().d_in, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        both = ensemble(x)
+    for i, seed in enumerate(seeds):
+        path = tmp_path / f"run-seed{seed}.safetensors"
+        with safe_open(str(path), "pt") as f:
+            assert all(k.startswith("model.") for k in f.keys())  # no optimizer state
+        single, single_cfg, single_step = load_model(path)
+        assert (single_cfg.seeds, single_step) == ((seed,), 8)
+        assert single_cfg.override(seeds=cfg.seeds) == cfg  # nothing else changed
+        with torch.no_grad():
+            assert torch.equal(single(x)[0], both[i])
