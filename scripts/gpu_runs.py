@@ -199,7 +199,9 @@ def main():
             break
         time.sleep(1)
     for name, p in train.items():
-        say(f"{name}: exit {p.wait()}")
+        code = p.wait()
+        last = (ROOT / f"{name}.log").read_text(errors="replace").strip().splitlines()[-1:] if code > 0 else []
+        say(f"{name}: exit {code}" + "".join(f": {line[-300:]}" for line in last))  # why it refused, where it did
     SMALL = (".json", ".jsonl", ".csv", ".log", ".png", ".svg")
     with tarfile.open(OUT / "runs.tgz", "w:gz") as tar:
         for f in sorted(ROOT.rglob("*")):

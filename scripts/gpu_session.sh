@@ -36,8 +36,11 @@ RUNS=()
 for r in "$@"; do
   if [[ -z "$G" && ( $r == sec8:* || ${#RUNS[@]} -ge 2 ) ]]; then log "dropped $r: eager steps cannot end it"; else RUNS+=("$r"); fi
 done
+# A fresh folder per call, except for runs in pieces, which the next call resumes from /tmp/gpu-runs
+# (a folder left by an earlier call with other settings is refused, not resumed).
+[ -z "${SCREEN_ROOT:-}" ] && { [ -n "${PIECES:-}" ] && export SCREEN_ROOT=/tmp/gpu-runs || export SCREEN_ROOT=/tmp/gpu-runs-$(date +%s); }
 DEADLINE=$(( LIMIT - SECONDS - 45 ))  # the archive, the exports and the transfer back
-log "graph flag '${G}'; runs ${RUNS[*]}; deadline ${DEADLINE}s from now"
+log "graph flag '${G}'; runs ${RUNS[*]} in $SCREEN_ROOT; deadline ${DEADLINE}s from now"
 SCREEN_EXTRA="$G" python3 scripts/gpu_runs.py "$OUT" "$DEADLINE" "${RUNS[@]}"
 log "done: $(tail -1 "$OUT/driver.log")"
 [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && mps_off
