@@ -21,7 +21,9 @@ checkpoint) and OUT/driver.log.
 Measured on one H200 (torch 2.11, eager float32, docs/training.md 'The recipe screen'): one sec9
 run of 3 or 4 seeds alone 20-23 steps/s (about 330 s); two at once 12.5 steps/s each (together
 only 14% more than one alone); ten bfloat16 runs 6-10 steps/s each (autocast's casts are more
-launches in a launch-bound step). `--cuda-graph` (SCREEN_EXTRA) replays each step as one launch.
+launches). On one H100 with `--cuda-graph` (SCREEN_EXTRA: each step one launch) under CUDA's MPS
+daemon (scripts/gpu_session.sh), docs/speed.md: a sec9 run alone 20 steps/s, two at once 16-20
+each, six 7.7 each (46 in all); a sec8 run of 3 seeds alone 42 steps/s.
 
 Environment: SCREEN_DEVICE (cuda), SCREEN_ROOT (/tmp/gpu-runs), SCREEN_EXTRA (more train options
 for every run, e.g. --cuda-graph), SCREEN_KEEP (set: keep every checkpoint, for timelines),
