@@ -57,7 +57,8 @@ class GraphedStep:
     Capture follows PyTorch's whole-network recipe (warm-up iterations on a side stream, then
     one recorded iteration). The warm-up steps are real updates, so the parameters and the
     optimiser state are restored to what they were before it: a run with graphs follows the
-    same trajectory as one without, and resumes from a checkpoint of either.
+    same trajectory as one without. A run resumes with the setting its config.json recorded
+    (``train`` refuses a resume that flips ``cuda_graph``, as it does any other setting).
     The optimiser must be capturable with a device-tensor lr (:func:`make_optimizer`).
     """
 
