@@ -37,7 +37,7 @@ def verdict_rows(claims_by_cell: dict[str, list[dict]]) -> list[dict]:
     order, verdicts = [], {}
     for cell, claims in claims_by_cell.items():
         for c in claims:
-            if not c["section"].split()[0] in SECTIONS:
+            if c["section"].split()[0] not in SECTIONS:
                 continue
             if c["id"] not in verdicts:
                 order.append(c["id"])
