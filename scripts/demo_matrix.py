@@ -7,7 +7,8 @@ Each cell is `stackedheads reproduce --preset PRESET --out OUT/<dtype>-t<threads
 --threads T --workers CORES/T` under OMP_NUM_THREADS=T, then `stackedheads claims --json` of that
 folder. A folder that exists is resumed (reproduce resumes its stages), so a matrix cut short
 goes on where it stopped. Written: OUT/verdicts.md (the table for docs/reproduce.md) and
-OUT/verdicts.json. Exit 1 where a Sec. 7-9 claim differs between cells (the table says which).
+OUT/verdicts.json. Exit 1 where a Sec. 7-9 claim differs between cells (the table says which);
+exit 2 with one line where a cell's run fails (its folder is kept, and a rerun resumes it).
 
 Run it alone on the machine: four demos at about 15 min each where bfloat16 is native; where it is
 emulated (a CPU without AVX512-BF16 or AMX) a bfloat16 demo takes hours.
@@ -62,6 +63,10 @@ def markdown(rows: list[dict], walls: dict[str, float | None]) -> str:
     return "\n".join(lines) + "\n"
 
 
+class CellFailed(Exception):
+    """A cell's `reproduce` or `claims` exited non-zero: its folder stays for a rerun to resume."""
+
+
 def run_cell(out: Path, preset: str, skips: list[str], dtype: str, threads: int) -> tuple[list[dict], float | None]:
     folder = out / cell_name(dtype, threads)
     resumed = folder.exists()
@@ -71,10 +76,13 @@ def run_cell(out: Path, preset: str, skips: list[str], dtype: str, threads: int)
     for s in skips:
         cmd += ["--skip", s]
     t0 = time.perf_counter()
-    subprocess.run(cmd, env=env, check=True)
+    if (rc := subprocess.run(cmd, env=env).returncode) != 0:
+        raise CellFailed(f"{folder.name}: reproduce exited {rc}; rerun the same line to resume it")
     wall = None if resumed else time.perf_counter() - t0
     got = subprocess.run([sys.executable, "-m", "stackedheads", "claims", str(folder), "--json"],
-                         env=env, check=True, capture_output=True, text=True)
+                         env=env, capture_output=True, text=True)
+    if got.returncode != 0:
+        raise CellFailed(f"{folder.name}: claims exited {got.returncode}: {got.stderr.strip().splitlines()[-1:]}")
     return json.loads(got.stdout), wall
 
 
@@ -89,7 +97,11 @@ def main() -> int:
     claims, walls = {}, {}
     for dtype, threads in CELLS:
         name = cell_name(dtype, threads)
-        claims[name], walls[name] = run_cell(args.out, args.preset, skips, dtype, threads)
+        try:
+            claims[name], walls[name] = run_cell(args.out, args.preset, skips, dtype, threads)
+        except CellFailed as e:
+            print(f"demo_matrix: {e}", file=sys.stderr)
+            return 2
     rows = verdict_rows(claims)
     table = markdown(rows, walls)
     (args.out / "verdicts.md").write_text(

@@ -39,3 +39,12 @@ def test_markdown_marks_flips_and_resumed_runs():
     assert lines[2] == "| A3 | PASS | PASS | yes |"
     assert lines[3] == "| A4 | FAIL | PASS | **no** |"
     assert lines[4] == "| wall time of the run | 1.5 min | resumed | |"
+
+
+def test_a_failing_cell_stops_with_one_line_and_keeps_nothing_half_written(tmp_path, monkeypatch, capfd):
+    monkeypatch.setattr("sys.argv", ["demo_matrix.py", str(tmp_path / "m"), "--preset", "no-such-preset"])
+    assert demo_matrix.main() == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert err[-1] == "demo_matrix: float32-t1: reproduce exited 2; rerun the same line to resume it"
+    assert "Traceback" not in "\n".join(err)
+    assert not (tmp_path / "m" / "verdicts.md").exists()
