@@ -149,15 +149,30 @@ def fresh_copy(tmp_path: Path, name: str) -> Path:
 
 
 def test_every_tracked_reference_lists_only_tracked_files():
-    refs = [p for p in tracked("results") if p.count("/") == 2 and p.endswith("/" + references.REFERENCE_FILE)]
+    refs = [p for p in tracked("results") if p.endswith("/" + references.REFERENCE_FILE)]
     assert {"results/sec8/reference.json", "results/sec9/reference.json", "results/sec9-decay-all/reference.json",
-            "results/depth/reference.json"} <= set(refs)
+            "results/depth/reference.json", "results/sec9-screen/warmup-constant/reference.json"} <= set(refs)
     files = set(tracked("results"))
     for path in refs:
         folder = path.rsplit("/", 1)[0]
         listed = json.loads((ROOT / path).read_text())["files"]
         assert listed and {f"{folder}/{f}" for f in listed} <= files, (path, sorted({f"{folder}/{f}" for f in listed} - files))
         references.load(ROOT / folder)
+
+
+def test_every_published_timeline_summary_covers_the_seeds_beside_it():
+    """A result combined from pieces holds one timeline folder per seed; its summary.json (the
+    ordering over runs) must count them all, not only the first piece's."""
+    summaries = [p for p in tracked("results") if p.endswith("/timeline/summary.json")]
+    assert "results/sec9-screen/constant-clip/emergence/timeline/summary.json" in summaries
+    for path in summaries:
+        folder = (ROOT / path).parent
+        seeds = sorted(p.name[4:] for p in folder.glob("seed*") if (p / "timeline.json").exists())
+        summary = json.loads((ROOT / path).read_text())
+        assert sorted(summary["seeds"]) == seeds, path
+        orders = [json.loads((folder / f"seed{s}" / "timeline.json").read_text())["order"] for s in seeds]
+        assert summary["ordering"]["runs"] == len(seeds), path
+        assert summary["ordering"]["counts"] == {o: orders.count(o) for o in summary["ordering"]["counts"]}, path
 
 
 def test_results_sec9_judges_as_the_readme_says_from_a_fresh_clone(tmp_path):
