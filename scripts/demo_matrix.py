@@ -82,7 +82,7 @@ def run_cell(out: Path, preset: str, skips: list[str], dtype: str, threads: int)
     got = subprocess.run([sys.executable, "-m", "stackedheads", "claims", str(folder), "--json"],
                          env=env, capture_output=True, text=True)
     if got.returncode != 0:
-        raise CellFailed(f"{folder.name}: claims exited {got.returncode}: {got.stderr.strip().splitlines()[-1:]}")
+        raise CellFailed(f"{folder.name}: claims exited {got.returncode}: {(got.stderr.strip().splitlines() or [''])[-1]}")
     return json.loads(got.stdout), wall
 
 
