@@ -192,3 +192,34 @@ def test_emergence_refuses_a_circuit_of_another_model(ckpt_run, tmp_path, change
     code, _, stderr = cli("emergence", str(ckpt_run), "--out", str(tmp_path / "e"), "--circuits", str(tmp_path / "c"),
                                "--seqs", "4")
     assert code == 2 and one_error(stderr) and "circuit.json" in stderr
+
+
+def _timeline_file(folder, seed, order, cfg, steps=(0, 80, 160)):
+    t = {"seed": seed, "steps": list(steps), "epochs": [cfg.epoch(s) for s in steps], "order": order,
+         "emerged": {"L1.0 s2->s1": 80.0}, "positions": {"x1": {"step": 80.0}}, "serves": {"L1.0 s2->s1": [1]},
+         "first_paths": ["L1.0 s2->s1"], "plateau_steps": 80.0}
+    (folder / f"seed{seed}").mkdir(parents=True, exist_ok=True)
+    (folder / f"seed{seed}" / "timeline.json").write_text(json.dumps(t))
+
+
+def test_the_timeline_summary_covers_every_piece_timed_into_the_folder(tmp_path):
+    """A result trained in pieces (issue 39) times each piece into one folder: the summary
+    counts the seeds already there as well as the new ones, and refuses another epoch axis."""
+    from stackedheads.emergence import timeline_summary
+    from stackedheads.errors import UsageError
+
+    cfg = presets.SEC9_SMOKE
+    for seed, order in ((0, "in order"), (1, "out of order"), (10, "in order"), (2, "tie")):
+        _timeline_file(tmp_path, seed, order, cfg)
+    (tmp_path / "seedx").mkdir()  # not a seed's folder
+    summary = timeline_summary(tmp_path, cfg, tmp_path)
+    assert list(summary["seeds"]) == [0, 1, 2, 10]
+    assert summary["ordering"] == {"runs": 4, "decided": 3, "in_order": 2, "fraction_in_order": 2 / 3, "counts": {
+        "in order": 2, "out of order": 1, "tie": 1, "undecided": 0, "inconclusive": 0}}
+    assert summary["seeds"][1]["plateau_steps"] == 80.0 and summary["steps_per_epoch"] == 8
+    _timeline_file(tmp_path, 3, "in order", cfg.override(steps_per_epoch=16))
+    with pytest.raises(UsageError, match="seed3/timeline.json counts epochs otherwise"):
+        timeline_summary(tmp_path, cfg, tmp_path)
+    (tmp_path / "seed3" / "timeline.json").write_text("{")
+    with pytest.raises(UsageError, match="seed3/timeline.json is not an emergence timeline"):
+        timeline_summary(tmp_path, cfg, tmp_path)

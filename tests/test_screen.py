@@ -294,3 +294,52 @@ def test_a_result_from_pieces_on_two_devices_names_both(pieces, tmp_path):
     assert run.recipe["device"] == "cpu+cuda" and [r.seed for r in run.rows] == ["0", "1"]
     (alone,) = seeds.collect_seeds([root / "split"])
     assert alone.recipe["device"] == "cpu"
+
+
+def test_screen_piece_publishes_pieces_and_recomputes_what_they_share(pieces, tmp_path, cli, monkeypatch):
+    """scripts/screen_piece.py: a first piece, then a further one beside it; publishing a piece
+    again writes the same reference (command, wall time and notes recomputed, never added to)."""
+    import argparse
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("screen_piece", Path(__file__).parents[1] / "scripts" / "screen_piece.py")
+    sp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sp)
+
+    def sh(*args, out=None):  # the same commands, in this process
+        r = cli(*args)
+        if r.code:
+            raise UsageError(r.err.strip())
+        if out is not None:
+            out.write_text(r.out)
+
+    monkeypatch.setattr(sp, "sh", sh)
+    root, _ = pieces
+    runs = root / "split" / "emergence" / "runs"
+    results = tmp_path / "results"
+
+    def publish(run, **kw):
+        a = dict(name="constant-clip", run=run, circuits=None, timeline=None, commit="7e32fd7", note="", title=None,
+                 train_command=None, notes=None, results=results)
+        sp.publish_piece(argparse.Namespace(**{**a, **kw}))
+        return json.loads((results / "constant-clip" / "reference.json").read_text())
+
+    with pytest.raises(UsageError, match="needs --title, --train-command and --notes"):
+        publish(runs / f"{EMERGENCE_RUN}-seed1")
+    first = publish(runs / EMERGENCE_RUN, title="t", train_command="stackedheads train --preset sec9-smoke", notes="Seed 0 alone.")
+    assert first["command"].startswith("stackedheads train --preset sec9-smoke --seeds 0 --out RUN; stackedheads circuit discover")
+    second = publish(runs / f"{EMERGENCE_RUN}-seed1", commit="abcdef1", note="on another CPU")
+    again = publish(runs / f"{EMERGENCE_RUN}-seed1", commit="abcdef1", note="on another CPU")
+    assert again == second and second["commit"] == first["commit"] == "7e32fd7"
+    walls = [json.loads((runs / n / "summary.json").read_text())["wall_s"] for n in (EMERGENCE_RUN, f"{EMERGENCE_RUN}-seed1")]
+    assert second["wall_s"] == pytest.approx(sum(walls), abs=1e-3)
+    assert second["command"].count("; seed 1: the same with --seeds 1") == 1
+    assert second["notes"].startswith("Seed 0 alone. Seed 1: the same command with --seeds 1, from a clone of abcdef1")
+    assert second["notes"].count("Seed 1:") == 1 and "on another CPU" in second["notes"]
+    assert {p.parent.name for p in (results / "constant-clip").glob("emergence/runs/*/summary.json")} == {
+        EMERGENCE_RUN, f"{EMERGENCE_RUN}-s1"}
+    (run,) = seeds.collect_seeds([results / "constant-clip"])
+    assert [r.seed for r in run.rows] == ["0", "1"]
+    with pytest.raises(UsageError, match="holds some of seeds"):
+        publish(root / "whole" / "emergence" / "runs" / EMERGENCE_RUN)

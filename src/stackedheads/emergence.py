@@ -21,6 +21,8 @@ the first point of every curve.
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -188,12 +190,13 @@ def timeline(run_dir: str | Path, circuits: dict[int, Circuit], n_seqs: int = 32
     return out
 
 
-def ordering_statistic(timelines: list[Timeline]) -> dict:
-    """E3 over runs: how many emerge strictly in order, out of order, tied, or cannot be timed."""
-    count = {o: sum(t.order == o for t in timelines) for o in ("in order", "out of order", "tie", "undecided", "inconclusive")}
+def ordering_statistic(orders: list[str]) -> dict:
+    """E3 over runs (one :attr:`Timeline.order` each): how many emerge strictly in order, out of
+    order, tied, or cannot be timed."""
+    count = {o: orders.count(o) for o in ("in order", "out of order", "tie", "undecided", "inconclusive")}
     decided = count["in order"] + count["out of order"]
     return {
-        "runs": len(timelines), "decided": decided, "in_order": count["in order"], "counts": count,
+        "runs": len(orders), "decided": decided, "in_order": count["in order"], "counts": count,
         "fraction_in_order": count["in order"] / decided if decided else None,
     }
 
@@ -285,7 +288,8 @@ def emergence_run(run_dir: str | Path, out: str | Path, circuits_dir: str | Path
     """Timelines for every member of a run, plots under ``out/seed{s}/``, and the ordering.
 
     Circuits come from ``circuits_dir/seed{s}/circuit.json``; without one they are discovered
-    on the last checkpoint first (into ``out/circuits``).
+    on the last checkpoint first (into ``out/circuits``). ``out/summary.json`` covers every
+    seed timed into ``out`` (:func:`timeline_summary`), so the pieces of one result share a folder.
     """
     run_dir, out = Path(run_dir), Path(out)
     if not 1 <= n_seqs <= 100_000:  # 0 would average nothing (NaN attention read as "never")
@@ -322,14 +326,32 @@ def _emergence_locked(run_dir: Path, out: Path, circuits_dir, n_seqs: int, cfg: 
         folder = out / f"seed{t.seed}"
         plot_timeline(t, cfg, metrics, folder)
         atomic_write_json(folder / "timeline.json", t.to_dict())
-    summary = {
-        "ordering": ordering_statistic(timelines),
-        "seeds": {
-            t.seed: {"emerged": t.emerged, "positions": t.positions, "order": t.order, "serves": t.serves,
-                     "first_paths": t.first_paths, "plateau_steps": t.plateau_steps}
-            for t in timelines
-        },
-        "steps_per_epoch": 1 / cfg.epoch(1.0),
-    }
+    summary = timeline_summary(out, cfg, run_dir)
     atomic_write_json(out / "summary.json", summary)
     return summary
+
+
+# What summary.json keeps of each seed's timeline.json.
+SUMMARY_FIELDS = ("emerged", "positions", "order", "serves", "first_paths", "plateau_steps")
+
+
+def timeline_summary(out: Path, cfg: TrainConfig, run_dir: Path) -> dict:
+    """The summary of every ``seed{s}/timeline.json`` under ``out``: the seeds just timed and any
+    a piece of the same result (a run holding other seeds, :mod:`stackedheads.pieces`) timed
+    into the same folder before, so ``emergence PIECE --out DIR`` per piece builds one result.
+    A timeline on another epoch axis (``steps_per_epoch``) belongs to other settings: refused."""
+    seeds = {}
+    for path in (p for p in out.glob("seed*/timeline.json") if p.parent.name[4:].isdigit()):
+        try:
+            t = json.loads(path.read_text())
+            steps, epochs, order = t["steps"], t["epochs"], t["order"]
+            entry = {k: t[k] for k in SUMMARY_FIELDS}
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise UsageError(f"{path} is not an emergence timeline ({type(e).__name__}: {e}); delete it or give another --out") from None
+        if any(not math.isclose(e, cfg.epoch(s), rel_tol=1e-9, abs_tol=1e-12) for s, e in zip(steps, epochs)):
+            raise UsageError(f"{path} counts epochs otherwise than {run_dir} (steps_per_epoch differs): "
+                             "a timeline of other settings; give another --out")
+        seeds[int(path.parent.name[4:])] = entry
+    seeds = dict(sorted(seeds.items()))
+    return {"ordering": ordering_statistic([s["order"] for s in seeds.values()]), "seeds": seeds,
+            "steps_per_epoch": 1 / cfg.epoch(1.0)}

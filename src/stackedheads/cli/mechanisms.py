@@ -128,7 +128,7 @@ def circuit_discover_cmd(
 @app.command("emergence")
 def emergence_cmd(
     run_dir: Path = typer.Argument(..., help="A run folder saved with several checkpoints."),
-    out: Path = typer.Option(..., "--out", "-o", parser=out_path, help="Folder for timelines and plots."),
+    out: Path = typer.Option(..., "--out", "-o", parser=out_path, help="Folder for timelines and plots; its summary.json covers every seed timed into it (pieces of one result share it)."),
     circuits: Optional[Path] = typer.Option(None, "--circuits", help="Folder with seed*/circuit.json (default: discover them)."),
     seqs: int = typer.Option(32, "--seqs", help="Validation sequences per checkpoint (Sec. 9.1: 32)."),
 ) -> None:

@@ -1,0 +1,162 @@
+"""Publish one piece of a recipe-screen result (issue 39): a finished transformer-D run holding one
+or more seeds, with its circuits and timeline, into results/sec9-screen/NAME, as the result's
+first piece or beside the pieces published there before.
+
+    python3 scripts/screen_piece.py NAME RUN [--circuits DISC] [--timeline TL] [--commit C]
+        [--note TEXT]                                     # a further piece
+        --title T --train-command CMD --notes TEXT       # the first piece (NAME not published yet)
+
+RUN is a `train --preset sec9 --recipe R --seeds S ... --out RUN` folder (summary.json written);
+DISC and TL are `circuit discover RUN --threshold 0.05 --out DISC` and `emergence RUN --circuits
+DISC --out TL` (without them the piece's seeds are judged on E4 from metrics.csv alone). The
+result is staged from what NAME holds plus RUN, so publishing the same piece again writes the same
+reference: the command, the wall time (the pieces' training summed) and the timeline summary
+(stackedheads.emergence.timeline_summary) are recomputed from the staged pieces, never added to,
+and a piece holding the same seeds is replaced. A further piece's notes get one sentence of what it
+measured ("Seed S: ...") beside --note; the reference keeps the first piece's commit, and a piece
+from another commit names its own. Pieces of other settings are refused by `seeds` and `publish`
+(stackedheads.pieces).
+"""
+import argparse
+import csv
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from stackedheads.emergence import timeline_summary
+from stackedheads.errors import UsageError
+from stackedheads.layout import EMERGENCE_RUN
+from stackedheads.provenance import git_commit
+from stackedheads.storage import atomic_write_json
+from stackedheads.training.config import TrainConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_FILES = ("config.json", "summary.json", "metrics.csv", "segments.jsonl")
+INCLUDE = ("emergence/runs/*/*.json", "emergence/runs/*/*.jsonl", "emergence/runs/*/*.csv",
+           "emergence/discovered/*/*.json", "emergence/discovered/*/*.png", "emergence/discovered/*/*.svg",
+           "emergence/timeline/*.json", "emergence/timeline/*/timeline.json",
+           *(f"emergence/timeline/*/{f}.{x}" for f in ("losses", "emergence_summary") for x in ("png", "svg")))
+ANALYSIS = ("stackedheads circuit discover RUN --threshold 0.05 --out R/emergence/discovered; stackedheads emergence RUN "
+            "--circuits R/emergence/discovered --out R/emergence/timeline (RUN's config.json, summary.json, metrics.csv, "
+            "segments.jsonl copied to R/emergence/runs/transformer-D); stackedheads claims R --json > R/claims.json; "
+            "stackedheads seeds R --markdown --label {name} > R/seeds.md")
+
+
+def sh(*args: str, out: Path | None = None) -> None:
+    """A `stackedheads` command of this interpreter; its stdout to ``out`` where given."""
+    r = subprocess.run([sys.executable, "-m", "stackedheads", *args], capture_output=True, text=True)
+    if r.returncode:
+        raise UsageError(f"stackedheads {args[0]}: {(r.stderr.strip().splitlines() or ['exit ' + str(r.returncode)])[-1]}")
+    if out is not None:
+        out.write_text(r.stdout)
+
+
+def seeds_of(run: Path) -> list[int]:
+    return [int(s) for s in json.loads((run / "config.json").read_text())["seeds"]]
+
+
+def falls(run: Path) -> str:
+    """The epochs at which each partial loss first falls below C2's 0.5 (metrics.csv)."""
+    rows = [r for r in csv.DictReader(open(run / "metrics.csv")) if r.get("val_x1")]
+    per = TrainConfig.from_dict(json.loads((run / "config.json").read_text())).epoch(1.0)
+    ks = sorted(int(k[5:]) for k in rows[0] if re.fullmatch(r"val_x\d+", k)) if rows else []
+    return ", ".join(f"x{j} " + str(next((round(int(r["step"]) * per) for r in rows if float(r[f"val_x{j}"]) < 0.5), "never"))
+                     for j in ks)
+
+
+def piece_note(run: Path, seeds: list[int], commit: str, first_commit: str, note: str, timed: bool) -> str:
+    s = json.loads((run / "summary.json").read_text())
+    label = "Seed" if len(seeds) == 1 else "Seeds"
+    finals = ", ".join(f"{s['seeds'][str(x)]['final_val_loss']:.4f}" for x in seeds)
+    where = "" if commit == first_commit else f", from a clone of {commit[:7]}"
+    return (f" {label} {','.join(map(str, seeds))}: the same command with --seeds {','.join(map(str, seeds))}{where}, "
+            f"{s['wall_s']:.0f} s of training{', ' + note if note else ''}; partial losses below 0.5 at epochs: {falls(run)}; "
+            f"final val MSE {finals}; " + ("circuits (App. E's 0.05 on its last checkpoint) and a timeline as the first piece's."
+                                            if timed else "no circuits yet (E4 from metrics.csv)."))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("name")
+    ap.add_argument("run", type=Path)
+    ap.add_argument("--circuits", type=Path)
+    ap.add_argument("--timeline", type=Path)
+    ap.add_argument("--commit", help="the commit RUN's code came from (default: this checkout's HEAD)")
+    ap.add_argument("--note", default="", help="a further piece: what its sentence in the notes adds (how it ran)")
+    ap.add_argument("--title", help="the first piece: the reference's title (a further piece keeps it unless given)")
+    ap.add_argument("--train-command", help="the first piece: its train command without --seeds and --out")
+    ap.add_argument("--notes", help="the first piece: the reference's notes")
+    ap.add_argument("--results", type=Path, default=ROOT / "results" / "sec9-screen")
+    a = ap.parse_args()
+    try:
+        publish_piece(a)
+    except UsageError as e:  # bad input: one line, exit 2, results/ untouched
+        print(f"screen_piece: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def publish_piece(a) -> None:
+    run, dest = a.run, a.results / a.name
+    if not (run / "summary.json").is_file():
+        raise UsageError(f"{run} has no summary.json: not a finished training run")
+    seeds = seeds_of(run)
+    commit = a.commit or git_commit()
+    ref = json.loads((dest / "reference.json").read_text()) if (dest / "reference.json").exists() else None
+    if ref is None and not (a.title and a.train_command and a.notes):
+        raise UsageError(f"{dest} is not published yet: its first piece needs --title, --train-command and --notes")
+    with tempfile.TemporaryDirectory(prefix=f"screen-{a.name}-") as tmp:
+        stage = Path(tmp) / a.name
+        em = stage / "emergence"
+        if ref is not None:
+            shutil.copytree(dest / "emergence", em)
+        runs = em / "runs"
+        runs.mkdir(parents=True, exist_ok=True)
+        held = {p.name: seeds_of(p) for p in sorted(runs.iterdir())}
+        same = [n for n, s in held.items() if s == seeds]
+        clash = [n for n, s in held.items() if set(s) & set(seeds) and s != seeds]
+        if clash:
+            raise UsageError(f"{dest}/emergence/runs/{clash[0]} holds some of seeds {seeds}, not exactly them")
+        piece = same[0] if same else EMERGENCE_RUN if not held else f"{EMERGENCE_RUN}-s{'-'.join(map(str, seeds))}"
+        shutil.rmtree(runs / piece, ignore_errors=True)
+        (runs / piece).mkdir()
+        for f in RUN_FILES:
+            shutil.copy(run / f, runs / piece / f)
+        for kind, src in (("discovered", a.circuits), ("timeline", a.timeline)):
+            for s in seeds:
+                shutil.rmtree(em / kind / f"seed{s}", ignore_errors=True)
+                if src is not None and (src / f"seed{s}").is_dir():
+                    shutil.copytree(src / f"seed{s}", em / kind / f"seed{s}", ignore=shutil.ignore_patterns(".lock"))
+        timed = (em / "timeline").is_dir() and any((em / "timeline").glob("seed*/timeline.json"))
+        if timed:
+            cfg = TrainConfig.from_dict(json.loads((run / "config.json").read_text()))
+            atomic_write_json(em / "timeline" / "summary.json", timeline_summary(em / "timeline", cfg, run))
+        sh("claims", str(stage), "--json", out=stage / "claims.json")
+        sh("seeds", str(stage), "--markdown", "--label", a.name, out=stage / "seeds.md")
+
+        pieces = sorted(runs.iterdir(), key=lambda p: (p.name != EMERGENCE_RUN, seeds_of(p)))
+        if ref is None:
+            base = f"{a.train_command} --seeds {','.join(map(str, seeds))} --out RUN; " + ANALYSIS.format(name=a.name)
+            notes, first_commit = a.notes, commit
+        else:
+            base, first_commit = ref["command"].split("; seed ")[0], ref["commit"]
+            notes = ref["notes"]
+            if piece != EMERGENCE_RUN:  # a further piece: its sentence replaces one written before
+                notes = re.sub(rf" Seeds? {','.join(map(str, seeds))}: .*?(?= Seeds? \d[\d,]*: |$)", "", notes).strip()
+                notes += piece_note(run, seeds, commit, first_commit, a.note, timed)
+        command = base + "".join(
+            f"; seed {','.join(map(str, seeds_of(p)))}: the same with --seeds {','.join(map(str, seeds_of(p)))} "
+            f"(config.json, summary.json, metrics.csv, segments.jsonl to R/emergence/runs/{p.name})" for p in pieces[1:])
+        wall = sum(json.loads((p / "summary.json").read_text())["wall_s"] for p in pieces)
+        include = [x for g in INCLUDE for x in ("--include", g) if any(stage.glob(g))]
+        sh("publish", str(stage), "--name", a.name, "--results", str(a.results), "--title", a.title or ref["title"],
+           "--command", command, "--commit", first_commit, "--wall-s", f"{wall:.3f}", "--notes", notes, *include)
+    print(f"{dest}: pieces {', '.join(p.name for p in pieces)}; wall {wall:.0f} s")
+    print((dest / "seeds.md").read_text()[:2000])
+
+
+if __name__ == "__main__":
+    main()
