@@ -344,7 +344,7 @@ def timeline_summary(out: Path, cfg: TrainConfig, run_dir: Path) -> dict:
     for path in (p for p in out.glob("seed*/timeline.json") if p.parent.name[4:].isdigit()):
         try:
             t = json.loads(path.read_text())
-            steps, epochs, order = t["steps"], t["epochs"], t["order"]
+            steps, epochs = t["steps"], t["epochs"]
             entry = {k: t[k] for k in SUMMARY_FIELDS}
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise UsageError(f"{path} is not an emergence timeline ({type(e).__name__}: {e}); delete it or give another --out") from None
