@@ -18,7 +18,6 @@ from another commit names its own. Pieces of other settings are refused by `seed
 (stackedheads.pieces).
 """
 import argparse
-import csv
 import json
 import re
 import shutil
@@ -27,12 +26,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from stackedheads.claims._circuits import loss_drops
 from stackedheads.emergence import timeline_summary
 from stackedheads.errors import UsageError
 from stackedheads.layout import EMERGENCE_RUN
 from stackedheads.provenance import git_commit
 from stackedheads.storage import atomic_write_json
 from stackedheads.training.config import TrainConfig
+from stackedheads.training.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_FILES = ("config.json", "summary.json", "metrics.csv", "segments.jsonl")
@@ -59,13 +60,13 @@ def seeds_of(run: Path) -> list[int]:
     return [int(s) for s in json.loads((run / "config.json").read_text())["seeds"]]
 
 
-def falls(run: Path) -> str:
-    """The epochs at which each partial loss first falls below C2's 0.5 (metrics.csv)."""
-    rows = [r for r in csv.DictReader(open(run / "metrics.csv")) if r.get("val_x1")]
-    per = TrainConfig.from_dict(json.loads((run / "config.json").read_text())).epoch(1.0)
-    ks = sorted(int(k[5:]) for k in rows[0] if re.fullmatch(r"val_x\d+", k)) if rows else []
-    return ", ".join(f"x{j} " + str(next((round(int(r["step"]) * per) for r in rows if float(r[f"val_x{j}"]) < 0.5), "never"))
-                     for j in ks)
+def falls(run: Path, seed: int) -> str:
+    """The epochs at which each partial loss first falls below C2's threshold (metrics.csv, as
+    the claims read them: stackedheads.claims._circuits.loss_drops)."""
+    config = json.loads((run / "config.json").read_text())
+    drops = loss_drops(read_metrics(run), str(seed), config["task"]) or {}
+    per = TrainConfig.from_dict(config).epoch(1.0)
+    return ", ".join(f"{x} " + ("never" if step is None else f"{round(step * per)}") for x, step in drops.items())
 
 
 def piece_note(run: Path, seeds: list[int], commit: str, first_commit: str, note: str, timed: bool) -> str:
@@ -74,7 +75,7 @@ def piece_note(run: Path, seeds: list[int], commit: str, first_commit: str, note
     finals = ", ".join(f"{s['seeds'][str(x)]['final_val_loss']:.4f}" for x in seeds)
     where = "" if commit == first_commit else f", from a clone of {commit[:7]}"
     return (f" {label} {','.join(map(str, seeds))}: the same command with --seeds {','.join(map(str, seeds))}{where}, "
-            f"{s['wall_s']:.0f} s of training{', ' + note if note else ''}; partial losses below 0.5 at epochs: {falls(run)}; "
+            f"{s['wall_s']:.0f} s of training{', ' + note if note else ''}; partial losses below 0.5 at epochs: {'; '.join(falls(run, x) for x in seeds)}; "
             f"final val MSE {finals}; " + ("circuits (App. E's 0.05 on its last checkpoint) and a timeline as the first piece's."
                                             if timed else "no circuits yet (E4 from metrics.csv)."))
 
