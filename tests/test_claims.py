@@ -234,6 +234,11 @@ def test_section8_evidence_is_stated():
     assert "L1.0" in by["A4"].measured and "no rule explains" in by["A4"].measured
     unlearned = {c.id: c for c in sec8.circuit_claims({"train": train(final=0.5, parts=(0.05, 0.7, 0.75)), "circuits": {"0": found()}})}
     assert "has not learned" in unlearned["A3"].measured and "0.15" in unlearned["A3"].measured
+    # the advice follows the run's length: a cut run may learn later, one of the paper's 24k steps did not
+    for steps, advice in ((4000, "train longer"), (24000, "not learned in the paper's 24,000 steps, so no circuit to judge")):
+        by = {c.id: c for c in sec8.circuit_claims({"train": train(final=0.5, parts=(0.05, 0.7, 0.75), steps=steps),
+                                                    "circuits": {"0": found()}})}
+        assert by["A3"].measured.endswith(advice), by["A3"].measured
 
 
 def test_no_stage_is_not_run():

@@ -222,13 +222,25 @@ def test_results_sec9_is_the_whole_ensemble_and_re_judges_to_its_published_table
     assert r.out.strip() == (folder / "seeds.md").read_text().strip()
 
 
-def test_results_sec8_judges_without_an_error_from_a_fresh_clone(tmp_path, cli):
+def test_results_sec8_decides_a1_over_three_seeds_of_24000_steps_from_a_fresh_clone(tmp_path, cli):
+    """Issue 40: three seeds trained the paper's 24,000 steps; A1 decided from the tracked files."""
     folder = fresh_copy(tmp_path, "sec8")
+    config = json.loads((folder / "circuits" / "runs" / "transformers-A-C" / "config.json").read_text())
+    assert config["steps"] == 24_000 and config["seeds"] == [0, 1, 2]
     r = cli("claims", folder, "--json")
     assert r.code == 0, r.err
     found = {c["id"]: c for c in json.loads(r.out) if c["id"].startswith("A")}
-    assert {k: c["verdict"] for k, c in found.items()} == dict.fromkeys(("A1", "A2", "A3", "A4", "A5"), claims.INCONCLUSIVE)
-    assert all("circuits/runs/transformers-A-C/summary.json is missing" in c["measured"] for c in found.values())
+    assert {k: c["verdict"] for k, c in found.items()} == {
+        "A1": claims.FAIL, "A2": claims.FAIL, "A3": claims.INCONCLUSIVE, "A4": claims.INCONCLUSIVE, "A5": claims.INCONCLUSIVE}
+    assert "seed 1: 0.0043" in found["A1"]["measured"] and "seed 2: 0.7505" in found["A1"]["measured"]
+    # seed 2 stayed on the plateau for the paper's whole training: no circuit to judge, and no advice to train longer
+    assert "seed 2: the model has not learned the task" in found["A3"]["measured"]
+    assert "not learned in the paper's 24,000 steps" in found["A3"]["measured"] and "train longer" not in found["A3"]["measured"]
+    assert [c["verdict"] for c in json.loads((folder / "claims.json").read_text()) if c["id"].startswith("A")] == [
+        c["verdict"] for c in found.values()]
+    r = cli("seeds", folder, "--markdown", "--label", "sec8")
+    assert r.code == 0, r.err
+    assert r.out.strip() == (folder / "seeds.md").read_text().strip()
     assert [c.id for c in references.load(folder)["claims"]] == ["A1", "A2", "A3", "A4", "A5"]
 
 

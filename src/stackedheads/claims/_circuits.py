@@ -38,7 +38,10 @@ def heads_in(config: dict) -> int:
     return model["n_layers"] * model["n_heads"]
 
 
-def learned(train: dict, seed: str) -> tuple[bool, str]:
+def learned(train: dict, seed: str, paper_steps: int | None = None) -> tuple[bool, str]:
+    """Whether a seed's final partial losses are all off the plateau, and why not. A run that
+    trained the paper's ``paper_steps`` or more is not told to train longer: its seed did not
+    learn where the paper's did, which is itself the measurement."""
     chains = train["config"]["task"]["chains"]
     limit = LEARNED_FRACTION * (1 - 1 / chains)
     parts = train["seeds"][seed]["final_partial"]
@@ -46,9 +49,12 @@ def learned(train: dict, seed: str) -> tuple[bool, str]:
     if not bad:
         return True, ""
     shown = ", ".join(f"{k.removeprefix('val_')} {v:.3f}" for k, v in parts.items())
+    steps = train["config"].get("steps")
+    advice = (f"not learned in the paper's {paper_steps:,} steps, so no circuit to judge"
+              if paper_steps and steps is not None and steps >= paper_steps else "train longer")
     return False, (
         f"seed {seed}: the model has not learned the task ({shown}; every position must be <= {limit:.3g}, "
-        f"{LEARNED_FRACTION:.0%} of the 1 - 1/N = {1 - 1 / chains:.3g} plateau): train longer"
+        f"{LEARNED_FRACTION:.0%} of the 1 - 1/N = {1 - 1 / chains:.3g} plateau): {advice}"
     )
 
 
@@ -174,15 +180,15 @@ def per_seed(seeds, each) -> tuple[str, str]:
     return combine(v for _, v, _ in results), "; ".join(f"seed {s}: {t}" for s, _, t in results)
 
 
-def gated(stage: dict, each):
+def gated(stage: dict, each, paper_steps: int | None = None):
     """``each`` only where the seed's model has learned the task, else INCONCLUSIVE (also when
-    the training summary that says so is missing)."""
+    the training summary that says so is missing); ``paper_steps`` as :func:`learned` takes it."""
     train = stage["train"]
 
     def run(s):
         if train is None:
             return INCONCLUSIVE, no_summary(stage)
-        ok, why = learned(train, s)
+        ok, why = learned(train, s, paper_steps)
         return each(s) if ok else (INCONCLUSIVE, why.split(": ", 1)[1])
 
     return run

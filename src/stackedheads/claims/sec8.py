@@ -104,7 +104,7 @@ def circuit_claims(stage: dict | None) -> list[Claim]:
 
     out = [Claim(sec, "A1", ps["A1"], *reversed(per_seed(seeds, a1)))]
     for cid, fn in (("A2", a2), ("A3", lambda s: validation(found[s])), ("A4", a4), ("A5", a5)):
-        out.append(Claim(sec, cid, ps[cid], *reversed(per_seed(seeds, gated(stage, fn)))))
+        out.append(Claim(sec, cid, ps[cid], *reversed(per_seed(seeds, gated(stage, fn, PAPER_STEPS)))))
     return out
 
 

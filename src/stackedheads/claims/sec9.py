@@ -30,6 +30,7 @@ from stackedheads.layout import EMERGENCE_RUN, timeline
 from stackedheads.ordering import end_of_plateau, order_of
 
 SEC9 = "9 Emergence in transformer D"
+PAPER_STEPS = 6_400  # Sec. 9.1: 800 epochs, 6,400 steps at batch 256
 
 _SEC9_PAPER = {
     "E1": "Ablating everything outside the circuit raises the MSE only slightly (0.031 to 0.045).",
@@ -147,9 +148,9 @@ def emergence_claims(stage: dict | None, timeline_dir: Path | None,
         return [Claim(sec, k, p, "no circuits discovered: a trained run without them decides E4 only", NOT_RUN)
                 for k, p in ps.items() if k != "E4"] + [last]
     return [
-        Claim(sec, "E1", ps["E1"], *reversed(per_seed(seeds, gated(stage, e1)))),
-        Claim(sec, "E2", ps["E2"], *reversed(per_seed(seeds, gated(stage, timed(e2))))),
-        Claim(sec, "E3", ps["E3"], *reversed(per_seed(seeds, gated(stage, timed(e3, with_seed=True))))),
+        Claim(sec, "E1", ps["E1"], *reversed(per_seed(seeds, gated(stage, e1, PAPER_STEPS)))),
+        Claim(sec, "E2", ps["E2"], *reversed(per_seed(seeds, gated(stage, timed(e2), PAPER_STEPS)))),
+        Claim(sec, "E3", ps["E3"], *reversed(per_seed(seeds, gated(stage, timed(e3, with_seed=True), PAPER_STEPS)))),
         last,
     ]
 
