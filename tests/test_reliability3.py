@@ -123,6 +123,25 @@ def test_publishing_a_name_again_replaces_it_as_a_whole(cli, kinds, tmp_path):
     assert json.loads((res / "mix" / "reference.json").read_text()) == ref
 
 
+def test_a_reference_names_the_machines_its_run_trained_on(cli, kinds, tmp_path):
+    """A run resumed on a lent GPU and published from a CPU: reference.json's machine is where the
+    steps ran (segments.jsonl), each machine once, not the machine that copied the files."""
+    from stackedheads.provenance import SEGMENTS_FILE, machine, read_segments
+
+    run = tmp_path / "train"
+    shutil.copytree(kinds / "train", run)
+    here = read_segments(run)[0]["machine"]
+    gpu = {"from_step": 4, "machine": "Xeon, 16 cores, Linux", "gpu": "NVIDIA H100 80GB HBM3", "device": "cuda"}
+    with open(run / SEGMENTS_FILE, "a") as f:
+        f.write(json.dumps(gpu) + "\n" + json.dumps({**gpu, "from_step": 8}) + "\n")
+    assert cli("publish", run, "--name", "gpu", *PUBLISH, "--results", tmp_path / "res").code == 0
+    ref = json.loads((tmp_path / "res" / "gpu" / "reference.json").read_text())
+    assert ref["machine"] == f"{here}; NVIDIA H100 80GB HBM3 (Xeon, 16 cores, Linux)"
+    (run / SEGMENTS_FILE).unlink()  # a run from before segments.jsonl: the publishing machine
+    assert cli("publish", run, "--name", "old", *PUBLISH, "--results", tmp_path / "res").code == 0
+    assert json.loads((tmp_path / "res" / "old" / "reference.json").read_text())["machine"] == machine()
+
+
 def test_publish_refuses_to_replace_a_folder_that_is_no_reference(cli, kinds, tmp_path):
     mine = tmp_path / "res" / "mine"
     mine.mkdir(parents=True)

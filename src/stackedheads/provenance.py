@@ -94,3 +94,18 @@ def read_segments(run_dir: Path) -> list[dict]:
         if isinstance(line, dict) and isinstance(line.get("from_step"), int):
             out.append(line)
     return out
+
+
+def trained_on(run_dirs) -> str | None:
+    """Where the runs in ``run_dirs`` trained, from their segments.jsonl: each distinct machine
+    once, in the order first met (a GPU as "GPU (its host)"), joined by "; "; None where no run
+    kept segments. A reference published on one machine from runs trained on another (a lent
+    GPU) names the machines that did the work, not the one that copied the files."""
+    seen = []
+    for d in run_dirs:
+        for line in read_segments(d):
+            host = str(line.get("machine", "unknown machine"))
+            where = f"{line['gpu']} ({host})" if line.get("gpu") else host
+            if where not in seen:
+                seen.append(where)
+    return "; ".join(seen) or None

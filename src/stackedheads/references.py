@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
 from stackedheads.errors import UsageError
-from stackedheads.provenance import machine
+from stackedheads.provenance import SEGMENTS_FILE, machine, trained_on
 from stackedheads.storage import (
     DONE,
     RunFolder,
@@ -49,7 +49,8 @@ class Reference:
         title: one line for the report.
         command: the command that produced the run, as typed.
         commit: the git commit the run's code came from.
-        machine: CPU or GPU model, cores, OS.
+        machine: where the runs trained (CPU or GPU model, cores, OS), from their segments.jsonl;
+            the publishing machine where no run kept one.
         wall_s: the run's wall time in seconds (None when unknown).
         date: the day it was published (YYYY-MM-DD).
         notes: what was cut or differs from the paper's settings.
@@ -169,7 +170,9 @@ def publish(src: str | Path, dest: str | Path, *, title: str, command: str, comm
         if missing:  # e.g. removed by another process meanwhile: the reference would promise it
             raise UsageError(f"{src / missing[0]} is missing after the copy; publish again")
         _check_same_claims(src, staging)
-        ref = Reference(dest.name, title, command, commit, machine(), wall_s, time.strftime("%Y-%m-%d"), notes, files)
+        runs = sorted({(staging / f).parent for f in files if Path(f).name == SEGMENTS_FILE})
+        ref = Reference(dest.name, title, command, commit, trained_on(runs) or machine(), wall_s,
+                        time.strftime("%Y-%m-%d"), notes, files)
         atomic_write_json(staging / REFERENCE_FILE, asdict(ref))
         replace_folder(staging, dest)
     finally:
