@@ -33,7 +33,8 @@ by the runs ANALYSE names: 150 with ANALYSE, else 0), ANALYSE_SPARE (runs analys
 the time left, none reserved), ANALYSIS_THREADS (threads per analysis process: 2), ANALYSIS_SLOTS
 (analyses at once: the cores over the threads, less one), SCREEN_EXPORT ("1" or run names: each
 one's last checkpoint, model only, as OUT/<run>-seed<S>.safetensors per seed: `circuit discover`
-elsewhere). Analyses start in the runs' priority order.
+elsewhere, after `python3 scripts/gpu_runs.py unpack EXPORT RUN` lays one out as a run folder).
+Analyses start in the runs' priority order.
 """
 import json
 import os
@@ -81,7 +82,39 @@ def export_seeds(checkpoint, prefix):
     return int(meta["step"]), list(cfg.seeds)
 
 
+def unpack_export(export, out):
+    """One seed's export (:func:`export_seeds`) as a run folder here: OUT/config.json (the seed's
+    config, from the checkpoint's header) and OUT/checkpoints/step_<N>.safetensors, which
+    `circuit discover OUT` and `attention OUT` read. The file is copied as it came (its checksums
+    are verified on reading). Returns the step.
+
+        python3 scripts/gpu_runs.py unpack PREFIX-seed<S>.safetensors OUT
+    """
+    import shutil
+
+    from stackedheads.storage import atomic_write_json
+    from stackedheads.training.checkpoints import checkpoint_path, read_checkpoint
+
+    _, meta = read_checkpoint(Path(export))
+    out, step = Path(out), int(meta["step"])
+    checkpoint_path(out, step).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(export, checkpoint_path(out, step))
+    atomic_write_json(out / "config.json", json.loads(meta["config"]))
+    return step
+
+
 def main():
+    if sys.argv[1:2] == ["unpack"]:
+        from stackedheads.errors import UsageError
+
+        try:
+            if len(sys.argv) != 4:
+                raise UsageError("usage: gpu_runs.py unpack EXPORT.safetensors OUT")
+            print(f"{sys.argv[3]}: a run folder of step {unpack_export(sys.argv[2], sys.argv[3])}")
+        except (UsageError, OSError) as e:  # bad input: one line, exit 2
+            print(f"gpu_runs: {e}", file=sys.stderr)
+            sys.exit(2)
+        return
     OUT, DEADLINE = Path(sys.argv[1]), float(sys.argv[2])
     ROOT = Path(os.environ.get("SCREEN_ROOT", "/tmp/gpu-runs"))
     ROOT.mkdir(parents=True, exist_ok=True)

@@ -74,3 +74,24 @@ def test_each_seeds_export_is_its_member_alone(two_seed_checkpoint, tmp_path):
         assert single_cfg.override(seeds=cfg.seeds) == cfg  # nothing else changed
         with torch.no_grad():
             assert torch.equal(single(x)[0], both[i])
+
+
+def test_an_unpacked_export_is_a_run_folder_the_analyses_read(two_seed_checkpoint, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from stackedheads.training.checkpoints import checkpoint_for
+
+    gpu_runs.export_seeds(two_seed_checkpoint, tmp_path / "run")
+    script = Path(gpu_runs.__file__)
+    r = subprocess.run([sys.executable, script, "unpack", tmp_path / "run-seed5.safetensors", tmp_path / "seed5"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert checkpoint_for(tmp_path / "seed5") == tmp_path / "seed5" / "checkpoints" / "step_000008.safetensors"
+    _, cfg, step = load_model(checkpoint_for(tmp_path / "seed5"))
+    assert (cfg.seeds, step) == ((5,), 8)
+    assert json.loads((tmp_path / "seed5" / "config.json").read_text()) == cfg.to_dict()
+    for bad in ([tmp_path / "none.safetensors", tmp_path / "x"], [tmp_path / "run-seed5.safetensors"]):
+        r = subprocess.run([sys.executable, script, "unpack", *bad], capture_output=True, text=True)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
