@@ -2,6 +2,9 @@
 and the per-seed exports it returns (CI has no GPU; both parts are plain Python and torch)."""
 
 import importlib.util
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +13,7 @@ from safetensors import safe_open
 
 from stackedheads import presets
 from stackedheads.training import train
-from stackedheads.training.checkpoints import list_checkpoints, load_model
+from stackedheads.training.checkpoints import checkpoint_for, list_checkpoints, load_model
 
 spec = importlib.util.spec_from_file_location("gpu_runs", Path(__file__).parents[1] / "scripts" / "gpu_runs.py")
 gpu_runs = importlib.util.module_from_spec(spec)
@@ -77,12 +80,6 @@ def test_each_seeds_export_is_its_member_alone(two_seed_checkpoint, tmp_path):
 
 
 def test_an_unpacked_export_is_a_run_folder_the_analyses_read(two_seed_checkpoint, tmp_path):
-    import json
-    import subprocess
-    import sys
-
-    from stackedheads.training.checkpoints import checkpoint_for
-
     gpu_runs.export_seeds(two_seed_checkpoint, tmp_path / "run")
     script = Path(gpu_runs.__file__)
     r = subprocess.run([sys.executable, script, "unpack", tmp_path / "run-seed5.safetensors", tmp_path / "seed5"],
