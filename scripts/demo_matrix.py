@@ -2,13 +2,21 @@
 runs and one table of the Sec. 7-9 claims, so a reader sees which verdict holds on any machine.
 
     python3 scripts/demo_matrix.py OUT [--preset quick] [--skip llm] [--skip ...]
+        [--cells float32-t1,bfloat16-t2] [--parallel] [--device cpu]
 
 Each cell is `stackedheads reproduce --preset PRESET --out OUT/<dtype>-t<threads> --dtype DTYPE
---threads T --workers CORES/T` under OMP_NUM_THREADS=T, then `stackedheads claims --json` of that
-folder. A folder that exists is resumed (reproduce resumes its stages), so a matrix cut short
-goes on where it stopped. Written: OUT/verdicts.md (the table for docs/reproduce.md) and
-OUT/verdicts.json. Exit 1 where a Sec. 7-9 claim differs between cells (the table says which);
-exit 2 with one line where a cell's run fails (its folder is kept, and a rerun resumes it).
+--threads T --device DEVICE --workers W` under OMP_NUM_THREADS=T, then `stackedheads claims
+--json` of that folder, kept as OUT/<cell>.json (its claims, machine, commit and wall time). A
+cell with a record is not run again (remove the record to run it anew); a folder without one is
+resumed (reproduce resumes its stages), so a matrix cut short goes on where it stopped. `--cells`
+runs some of the four; the table is built from every OUT/<cell>.json present, so cells run at
+different times (or on other machines, their records copied into OUT) fill one table, and a row
+names each cell's machine where they differ. `--parallel` runs the chosen cells at
+once, the cores split between them, each cell's output in OUT/<cell>.log: for a many-core host
+(a lent GPU's 16 cores), not for two cores. Written: OUT/verdicts.md (the table for
+docs/reproduce.md) and OUT/verdicts.json. Exit 1 where a Sec. 7-9 claim differs between cells
+(the table says which); exit 2 with one line where a cell's run fails (its folder is kept, and a
+rerun resumes it) or the arguments are wrong.
 
 Run it alone on the machine: four demos at about 15 min each where bfloat16 is native; where it is
 emulated (a CPU without AVX512-BF16 or AMX) a bfloat16 demo takes hours.
@@ -19,10 +27,13 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 
 from stackedheads.perf import available_cores
 from stackedheads.provenance import git_commit, machine
+from stackedheads.storage import atomic_write_json
 
 CELLS = [("float32", 1), ("float32", 2), ("bfloat16", 1), ("bfloat16", 2)]
 SECTIONS = ("7", "8", "9")  # the trained claims; Sec. 4-5 do not depend on the dtype or threads
@@ -52,7 +63,8 @@ def verdict_rows(claims_by_cell: dict[str, list[dict]]) -> list[dict]:
     return rows
 
 
-def markdown(rows: list[dict], walls: dict[str, float | None]) -> str:
+def markdown(rows: list[dict], walls: dict[str, float | None], machines: dict[str, str] | None = None) -> str:
+    """The table; a row of each cell's machine where the cells ran on more than one."""
     cells = list(walls)
     lines = ["| claim | " + " | ".join(cells) + " | same verdict |",
              "|---|" + "---|" * len(cells) + "---|"]
@@ -60,6 +72,8 @@ def markdown(rows: list[dict], walls: dict[str, float | None]) -> str:
         lines.append(f"| {r['id']} | " + " | ".join(r["cells"][c] for c in cells) + f" | {'yes' if r['agree'] else '**no**'} |")
     lines.append("| wall time of the run | " + " | ".join(
         "resumed" if walls[c] is None else f"{walls[c] / 60:.1f} min" for c in cells) + " | |")
+    if machines and len(set(machines.values())) > 1:
+        lines.append("| machine | " + " | ".join(machines[c] for c in cells) + " | |")
     return "\n".join(lines) + "\n"
 
 
@@ -67,23 +81,85 @@ class CellFailed(Exception):
     """A cell's `reproduce` or `claims` exited non-zero: its folder stays for a rerun to resume."""
 
 
-def run_cell(out: Path, preset: str, skips: list[str], dtype: str, threads: int) -> tuple[list[dict], float | None]:
-    folder = out / cell_name(dtype, threads)
+def parse_cells(text: str | None) -> list[tuple[str, int]]:
+    """``--cells``: comma-separated cell names (all four where not given), in the table's order."""
+    if text is None:
+        return list(CELLS)
+    known = {cell_name(*c): c for c in CELLS}
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names or (bad := [n for n in names if n not in known]):
+        raise ValueError(f"--cells: {', '.join(bad) if names else 'none given'}: not a cell (cells: {', '.join(known)})")
+    return [c for c in CELLS if cell_name(*c) in names]
+
+
+def read_records(out: Path, preset: str, skips: list[str]) -> dict[str, dict]:
+    """Every finished cell's record in OUT, in the table's order; a record of another preset or
+    other skipped stages is refused: its verdicts are not the same demo's."""
+    records = {}
+    for cell in (cell_name(*c) for c in CELLS):
+        if (path := out / f"{cell}.json").exists():
+            rec = json.loads(path.read_text())
+            if (rec["preset"], rec["skip"]) != (preset, skips):
+                raise ValueError(f"{path}: preset {rec['preset']}, skipped {rec['skip']}; this table is "
+                                 f"preset {preset}, skipped {skips}: give the same or another OUT")
+            records[cell] = rec
+    return records
+
+
+def run_cell(out: Path, preset: str, skips: list[str], dtype: str, threads: int, *, workers: int,
+             device: str, log: Path | None = None) -> dict:
+    """Run (or resume) one cell and keep its record, OUT/<cell>.json. ``log``: where its output
+    goes (None: this terminal). A resumed cell's wall time is unknown (None)."""
+    name = cell_name(dtype, threads)
+    folder = out / name
     resumed = folder.exists()
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     cmd = [sys.executable, "-m", "stackedheads", "reproduce", "--preset", preset, "--out", str(folder),
-           "--dtype", dtype, "--threads", str(threads), "--workers", str(max(1, available_cores() // threads))]
+           "--dtype", dtype, "--threads", str(threads), "--workers", str(workers), "--device", device]
     for s in skips:
         cmd += ["--skip", s]
     t0 = time.perf_counter()
-    if (rc := subprocess.run(cmd, env=env).returncode) != 0:
-        raise CellFailed(f"{folder.name}: reproduce exited {rc}; rerun the same line to resume it")
+    with open(log, "a") if log else nullcontext() as sink:  # None: this terminal
+        rc = subprocess.run(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT if sink else None).returncode
+    if rc != 0:
+        where = f" (its output: {log})" if log else ""
+        raise CellFailed(f"{name}: reproduce exited {rc}{where}; rerun the same line to resume it")
     wall = None if resumed else time.perf_counter() - t0
     got = subprocess.run([sys.executable, "-m", "stackedheads", "claims", str(folder), "--json"],
                          env=env, capture_output=True, text=True)
     if got.returncode != 0:
-        raise CellFailed(f"{folder.name}: claims exited {got.returncode}: {(got.stderr.strip().splitlines() or [''])[-1]}")
-    return json.loads(got.stdout), wall
+        raise CellFailed(f"{name}: claims exited {got.returncode}: {(got.stderr.strip().splitlines() or [''])[-1]}")
+    rec = {"cell": name, "dtype": dtype, "threads": threads, "device": device, "preset": preset, "skip": skips,
+           "commit": git_commit(), "machine": machine(), "wall_s": wall, "claims": json.loads(got.stdout)}
+    atomic_write_json(out / f"{name}.json", rec)
+    return rec
+
+
+def run_cells(out: Path, preset: str, skips: list[str], cells: list[tuple[str, int]], parallel: bool,
+              device: str) -> list[str]:
+    """Run the cells that have no record yet, one after another or all at once; the failures'
+    lines (none: all finished)."""
+    cores = available_cores()
+    cells = [c for c in cells if not (out / f"{cell_name(*c)}.json").exists()]
+
+    def one(cell: tuple[str, int]) -> str | None:
+        dtype, threads = cell
+        # At once, the cores are shared out: each cell's workers times its threads within its share.
+        workers = max(1, cores // (threads * (len(cells) if parallel else 1)))
+        log = out / f"{cell_name(*cell)}.log" if parallel else None
+        try:
+            run_cell(out, preset, skips, dtype, threads, workers=workers, device=device, log=log)
+        except CellFailed as e:
+            return str(e)
+        return None
+
+    if not parallel or not cells:
+        for cell in cells:
+            if failed := one(cell):
+                return [failed]
+        return []
+    with ThreadPoolExecutor(len(cells)) as pool:
+        return [f for f in pool.map(one, cells) if f]
 
 
 def main() -> int:
@@ -91,26 +167,38 @@ def main() -> int:
     ap.add_argument("out", type=Path)
     ap.add_argument("--preset", default="quick")
     ap.add_argument("--skip", action="append", default=None, help="a stage to leave out (default: llm)")
+    ap.add_argument("--cells", default=None, help="comma-separated cells to run (default: all four): "
+                    + ", ".join(cell_name(*c) for c in CELLS))
+    ap.add_argument("--parallel", action="store_true", help="run the cells at once (a many-core host)")
+    ap.add_argument("--device", default="cpu", help="where the cells train (default: cpu, also on a GPU host)")
     args = ap.parse_args()
     skips = ["llm"] if args.skip is None else args.skip
-    args.out.mkdir(parents=True, exist_ok=True)
-    claims, walls = {}, {}
-    for dtype, threads in CELLS:
-        name = cell_name(dtype, threads)
-        try:
-            claims[name], walls[name] = run_cell(args.out, args.preset, skips, dtype, threads)
-        except CellFailed as e:
-            print(f"demo_matrix: {e}", file=sys.stderr)
-            return 2
-    rows = verdict_rows(claims)
-    table = markdown(rows, walls)
+    try:
+        cells = parse_cells(args.cells)
+        args.out.mkdir(parents=True, exist_ok=True)
+        read_records(args.out, args.preset, skips)  # refuse a mixed OUT before hours of work
+    except (ValueError, OSError) as e:
+        print(f"demo_matrix: {e}", file=sys.stderr)
+        return 2
+    for failed in (failures := run_cells(args.out, args.preset, skips, cells, args.parallel, args.device)):
+        print(f"demo_matrix: {failed}", file=sys.stderr)
+    if failures:
+        return 2
+    records = read_records(args.out, args.preset, skips)
+    rows = verdict_rows({c: r["claims"] for c, r in records.items()})
+    machines = {c: r["machine"] for c, r in records.items()}
+    table = markdown(rows, {c: r["wall_s"] for c, r in records.items()}, machines)
+    commits = sorted({r["commit"][:7] for r in records.values()})
+    where = "; ".join(sorted(set(machines.values())))
     (args.out / "verdicts.md").write_text(
-        f"`scripts/demo_matrix.py` at {git_commit()[:7]}, preset {args.preset}, skipped: "
-        f"{', '.join(skips) or 'none'}; {machine()}\n\n" + table)
+        f"`scripts/demo_matrix.py` at {', '.join(commits)}, preset {args.preset}, skipped: "
+        f"{', '.join(skips) or 'none'}; {where}\n\n" + table)
     (args.out / "verdicts.json").write_text(json.dumps(
-        {"preset": args.preset, "skip": skips, "machine": machine(), "commit": git_commit(),
-         "rows": rows, "wall_s": walls}, indent=2))
+        {"preset": args.preset, "skip": skips, "machines": machines, "commits": commits,
+         "rows": rows, "wall_s": {c: r["wall_s"] for c, r in records.items()}}, indent=2))
     print(table, end="")
+    if missing := [cell_name(*c) for c in CELLS if cell_name(*c) not in records]:
+        print(f"not run yet: {', '.join(missing)} (--cells runs them into the same OUT)", file=sys.stderr)
     flips = [r["id"] for r in rows if not r["agree"]]
     if flips:
         print(f"verdicts differ between the cells: {', '.join(flips)}", file=sys.stderr)

@@ -2,7 +2,10 @@
 (issue 42). The four demos are long; their table is built from claims lists here."""
 
 import importlib.util
+import json
 from pathlib import Path
+
+import pytest
 
 spec = importlib.util.spec_from_file_location("demo_matrix", Path(__file__).parents[1] / "scripts" / "demo_matrix.py")
 demo_matrix = importlib.util.module_from_spec(spec)
@@ -39,6 +42,9 @@ def test_markdown_marks_flips_and_resumed_runs():
     assert lines[2] == "| A3 | PASS | PASS | yes |"
     assert lines[3] == "| A4 | FAIL | PASS | **no** |"
     assert lines[4] == "| wall time of the run | 1.5 min | resumed | |"
+    assert len(lines) == 5  # one machine: no row for it
+    two = demo_matrix.markdown(demo_matrix.verdict_rows({"x": a, "y": b}), {"x": 90.0, "y": None}, {"x": "A", "y": "B"})
+    assert two.splitlines()[5] == "| machine | A | B | |"
 
 
 def test_a_failing_cell_stops_with_one_line_and_keeps_nothing_half_written(tmp_path, monkeypatch, capfd):
@@ -48,3 +54,60 @@ def test_a_failing_cell_stops_with_one_line_and_keeps_nothing_half_written(tmp_p
     assert err[-1] == "demo_matrix: float32-t1: reproduce exited 2; rerun the same line to resume it"
     assert "Traceback" not in "\n".join(err)
     assert not (tmp_path / "m" / "verdicts.md").exists()
+
+
+def test_cells_are_named_and_a_wrong_one_is_one_line(tmp_path, monkeypatch, capfd):
+    assert demo_matrix.parse_cells("bfloat16-t2, float32-t1") == [("float32", 1), ("bfloat16", 2)]  # the table's order
+    assert demo_matrix.parse_cells(None) == demo_matrix.CELLS
+    monkeypatch.setattr("sys.argv", ["demo_matrix.py", str(tmp_path / "m"), "--cells", "float32-t3"])
+    assert demo_matrix.main() == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert err == ["demo_matrix: --cells: float32-t3: not a cell (cells: float32-t1, float32-t2, bfloat16-t1, bfloat16-t2)"]
+
+
+def record(cell, preset="quick", skip=("llm",), machine="M", verdict="PASS"):
+    dtype, t = cell.split("-t")
+    return {"cell": cell, "dtype": dtype, "threads": int(t), "device": "cpu", "preset": preset, "skip": list(skip),
+            "commit": "0" * 40, "machine": machine, "wall_s": 60.0,
+            "claims": [claim("9 Emergence in transformer D", "E3", verdict)]}
+
+
+def test_records_of_earlier_runs_fill_the_table_in_order_and_another_preset_is_refused(tmp_path, monkeypatch, capfd):
+    for cell, m in (("bfloat16-t2", "N"), ("float32-t1", "M")):
+        (tmp_path / f"{cell}.json").write_text(json.dumps(record(cell, machine=m)))
+    recs = demo_matrix.read_records(tmp_path, "quick", ["llm"])
+    assert list(recs) == ["float32-t1", "bfloat16-t2"]
+    (tmp_path / "float32-t2.json").write_text(json.dumps(record("float32-t2", preset="smoke")))
+    with pytest.raises(ValueError, match="float32-t2.json: preset smoke"):
+        demo_matrix.read_records(tmp_path, "quick", ["llm"])
+    # with a record for every cell nothing runs: the table of the records, and a flip is exit 1
+    (tmp_path / "float32-t2.json").write_text(json.dumps(record("float32-t2", machine="M")))
+    (tmp_path / "bfloat16-t1.json").write_text(json.dumps(record("bfloat16-t1", machine="M", verdict="FAIL")))
+    monkeypatch.setattr("sys.argv", ["demo_matrix.py", str(tmp_path)])
+    assert demo_matrix.main() == 1
+    lines = (tmp_path / "verdicts.md").read_text().splitlines()
+    assert lines[2] == "| claim | float32-t1 | float32-t2 | bfloat16-t1 | bfloat16-t2 | same verdict |"
+    assert lines[4] == "| E3 | PASS | PASS | FAIL | PASS | **no** |"
+    assert lines[-1] == "| machine | M | M | M | N | |"
+    assert not any(p.is_dir() for p in tmp_path.iterdir())  # no cell was run
+    capfd.readouterr()
+    # main refuses a mixed folder before it runs anything
+    (tmp_path / "float32-t2.json").write_text(json.dumps(record("float32-t2", preset="smoke")))
+    (tmp_path / "bfloat16-t1.json").unlink()
+    monkeypatch.setattr("sys.argv", ["demo_matrix.py", str(tmp_path), "--cells", "bfloat16-t1"])
+    assert demo_matrix.main() == 2
+    assert capfd.readouterr().err.count("\n") == 1
+    assert not (tmp_path / "bfloat16-t1").exists()
+
+
+def test_cells_at_once_each_log_their_output_and_every_failure_is_named(tmp_path, monkeypatch, capfd):
+    out = tmp_path / "m"
+    monkeypatch.setattr("sys.argv", ["demo_matrix.py", str(out), "--preset", "no-such-preset", "--parallel",
+                                     "--cells", "float32-t1,float32-t2"])
+    assert demo_matrix.main() == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert err == [f"demo_matrix: {c}: reproduce exited 2 (its output: {out / c}.log); rerun the same line to resume it"
+                   for c in ("float32-t1", "float32-t2")]
+    for c in ("float32-t1", "float32-t2"):
+        assert "no-such-preset" in (out / f"{c}.log").read_text()
+    assert not (out / "verdicts.md").exists()
