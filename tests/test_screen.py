@@ -253,6 +253,9 @@ def test_runs_are_ranked_by_distance_and_a_run_on_the_plateau_is_not_measured(tm
     assert [r[0] for r in rows] == ["near", "far", "stuck", "paper (Sec. 9.2)"]
     # The stuck run's x1 never fell: it counts at the run's 800 epochs, a lower bound.
     assert rows[0][-1] == "0.00" and rows[2][3] == ">=800" and rows[2][-1].startswith(">=")
+    # without circuits only E4 is judged: in chain order passes it, the plateau does not
+    passing = head.index("E1, E2, E3, E4 passing")
+    assert [r[passing] for r in rows] == ["-, -, -, 1 of 1", "-, -, -, 1 of 1", "-, -, -, 0 of 1", "every seed"]
     d = runs[1].summary()["distance"]
     assert d["at_least"] and d["plateau"] == pytest.approx(math.log(800 / 450)) and d["order"] == 1.0
     cmp = [c for c in seeds.compare(runs) if c["measure"] == "distance_to_paper"]

@@ -437,8 +437,9 @@ def distance_text(d: dict) -> str:
 
 
 def distance_table(runs: list[RunSeeds]) -> tuple[list[str], list[list[str]]]:
-    """Every sec9 run on one line, closest to the paper first: its medians and its distance."""
-    head = ["run", "seeds", "final val MSE", "x1 falls (epoch)", "in chain order", "distance"]
+    """Every sec9 run on one line, closest to the paper first: its medians, how many of its seeds
+    pass each of E1-E4 ("-" where none was judged: no circuits, so no E1-E3) and its distance."""
+    head = ["run", "seeds", "final val MSE", "x1 falls (epoch)", "in chain order", "E1, E2, E3, E4 passing", "distance"]
     rows, paper = [], PAPER["sec9"]
     for run in runs:
         if run.section != "sec9":
@@ -448,10 +449,12 @@ def distance_table(runs: list[RunSeeds]) -> tuple[list[str], list[list[str]]]:
         ge = ">=" if p and p["censored"] else ""
         rows.append((d["value"] if d["value"] is not None else math.inf, [
             run.label, str(s["seeds"]), "-" if not f else f"{f['median']:.4f}", "-" if not p else f"{ge}{p['median']:.0f}",
-            f"{s['loss_drops_in_order']} of {s['loss_drop_seeds']}", "-" if d["value"] is None else f"{ge}{d['value']:.2f}"]))
+            f"{s['loss_drops_in_order']} of {s['loss_drop_seeds']}",
+            ", ".join(str(s["verdicts"][c].get(PASS, 0)) if c in s["verdicts"] else "-" for c in ("E1", "E2", "E3", "E4"))
+            + f" of {s['seeds']}", "-" if d["value"] is None else f"{ge}{d['value']:.2f}"]))
     rows.sort(key=lambda r: r[0])
     return head, [r for _, r in rows] + ([["paper (Sec. 9.2)", "", f"{paper['final_val_loss']}",
-                                           f"{paper['plateau_epochs']:.0f}", "every seed", "0"]] if rows else [])
+                                           f"{paper['plateau_epochs']:.0f}", "every seed", "every seed", "0"]] if rows else [])
 
 
 def comparison_lines(rows: list[dict]) -> list[str]:
