@@ -107,7 +107,7 @@ def read_records(out: Path, preset: str, skips: list[str]) -> dict[str, dict]:
 
 
 def run_cell(out: Path, preset: str, skips: list[str], dtype: str, threads: int, *, workers: int,
-             device: str, log: Path | None = None) -> dict:
+             device: str, log: Path | None = None) -> None:
     """Run (or resume) one cell and keep its record, OUT/<cell>.json. ``log``: where its output
     goes (None: this terminal). A resumed cell's wall time is unknown (None)."""
     name = cell_name(dtype, threads)
@@ -132,7 +132,6 @@ def run_cell(out: Path, preset: str, skips: list[str], dtype: str, threads: int,
     rec = {"cell": name, "dtype": dtype, "threads": threads, "device": device, "preset": preset, "skip": skips,
            "commit": git_commit(), "machine": machine(), "wall_s": wall, "claims": json.loads(got.stdout)}
     atomic_write_json(out / f"{name}.json", rec)
-    return rec
 
 
 def run_cells(out: Path, preset: str, skips: list[str], cells: list[tuple[str, int]], parallel: bool,
