@@ -13,8 +13,9 @@ on the same warm machine (a machine keeps /tmp while it stays warm) resumes it f
 checkpoint (sec8's 24,000 steps take about 10 minutes alone on an H100: two calls).
 
 As a run ends (with ANALYSE set): `circuit discover --threshold 0.05` (App. E) for each seed in a
-process of its own, then `attention` per seed (sec8: Figure 5's maps) or `emergence` (where the
-checkpoints were kept: Sec. 9's timeline). Everything stops at DEADLINE. What finished comes back
+process of its own (ROOT/RUN-analysis/discovered-S), then per seed `attention` (sec8: Figure 5's
+maps) or `emergence` once its circuits are there (where the checkpoints were kept: Sec. 9's
+timeline, timeline-S; scripts/screen_piece.py takes the folders as they are). Everything stops at DEADLINE. What finished comes back
 as OUT/runs.tgz (configs, metrics, summaries, segments, logs, circuits, maps, timelines; never a
 checkpoint) and OUT/driver.log.
 
@@ -103,6 +104,28 @@ def unpack_export(export, out):
     return step
 
 
+def cli(*args):
+    return [sys.executable, "-m", "stackedheads", *map(str, args)]
+
+
+def analysis_jobs(name, preset, seeds, root, timelines):
+    """A run's analysis as jobs keyed "NAME/JOB", each (argv, the jobs it waits for): circuits per
+    seed (ROOT/NAME-analysis/discovered-S), then per seed Figure 5's maps (sec8) or, where the
+    checkpoints were kept (``timelines``), Sec. 9's timeline (timeline-S). A seed's timeline waits
+    for its own circuits alone: a discovery that outlasts the deadline (a model that never left the
+    plateau took over 6 minutes, 2026-11-27) holds back no other seed's."""
+    run, an = root / name, root / f"{name}-analysis"
+    jobs = {f"discover-{s}": (cli("circuit", "discover", run, "--seeds", s, "--threshold", "0.05", "--out", an / f"discovered-{s}"), [])
+            for s in seeds}
+    for s in seeds:
+        if preset.startswith("sec8"):
+            jobs[f"maps-{s}"] = (cli("attention", run, "--seed", s, "--out", an / "maps" / f"seed{s}"), [])
+        if timelines:  # emergence times the seeds with a circuit in --circuits: this one
+            jobs[f"emergence-{s}"] = (cli("emergence", run, "--circuits", an / f"discovered-{s}", "--out", an / f"timeline-{s}"),
+                                      [f"discover-{s}"])
+    return {f"{name}/{k}": (argv, [f"{name}/{d}" for d in deps]) for k, (argv, deps) in jobs.items()}
+
+
 def main():
     if sys.argv[1:2] == ["unpack"]:
         from stackedheads.errors import UsageError
@@ -137,10 +160,6 @@ def main():
         return dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, PYTHONPATH=path, PYTHONUNBUFFERED="1")
 
 
-    def cli(*args):
-        return [sys.executable, "-m", "stackedheads", *map(str, args)]
-
-
     RUNS = {}  # name -> (preset, seeds), highest priority first
     train = {}
     for spec in sys.argv[3:]:
@@ -173,23 +192,6 @@ def main():
         return s1, steps, (s1 - s0) / max(w1 - w0, 1e-6)
 
 
-    def analysis_jobs(name):
-        """Each job: (argv, the jobs it waits for). Circuits per seed, then maps or a timeline."""
-        preset, seeds = RUNS[name]
-        run, an = ROOT / name, ROOT / f"{name}-analysis"
-        jobs = {f"discover-{s}": (cli("circuit", "discover", run, "--seeds", s, "--threshold", "0.05", "--out", an / f"discovered-{s}"), [])
-                for s in seeds}
-        if preset.startswith("sec8"):
-            for s in seeds:
-                jobs[f"maps-{s}"] = (cli("attention", run, "--seed", s, "--out", an / "maps" / f"seed{s}"), [])
-        if os.environ.get("SCREEN_KEEP"):
-            # emergence reads one folder of seed*/circuit.json: the per-seed outputs, linked together
-            links = " && ".join(f"ln -sfn {an}/discovered-{s}/seed{s} {an}/discovered/seed{s}" for s in seeds)
-            cmd = " ".join(cli("emergence", run, "--circuits", an / "discovered", "--out", an / "timeline"))
-            jobs["emergence"] = (["bash", "-c", f"mkdir -p {an}/discovered && {links} && {cmd}"], [f"discover-{s}" for s in seeds])
-        return {f"{name}/{k}": (argv, [f"{name}/{d}" for d in deps]) for k, (argv, deps) in jobs.items()}
-
-
     queue, running, finished, failed, analysed = {}, {}, set(), set(), set()
     next_check = float(os.environ.get("SCREEN_CHECK0", "60"))
     while True:
@@ -203,7 +205,7 @@ def main():
         for name, p in train.items():  # a training that just ended successfully queues its analysis
             if p.poll() == 0 and (reserved(name) or name in SPARE) and name not in analysed:
                 analysed.add(name)
-                queue.update(analysis_jobs(name))
+                queue.update(analysis_jobs(name, *RUNS[name], ROOT, bool(os.environ.get("SCREEN_KEEP"))))
                 say(f"{name}: trained; analysis queued")
         for job, p in list(running.items()):
             if p.poll() is not None:

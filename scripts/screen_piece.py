@@ -2,13 +2,15 @@
 or more seeds, with its circuits and timeline, into results/sec9-screen/NAME, as the result's
 first piece or beside the pieces published there before.
 
-    python3 scripts/screen_piece.py NAME RUN [--circuits DISC] [--timeline TL] [--commit C]
+    python3 scripts/screen_piece.py NAME RUN [--circuits DISC...] [--timeline TL...] [--commit C]
         [--note TEXT]                                     # a further piece
         --title T --train-command CMD --notes TEXT       # the first piece (NAME not published yet)
 
 RUN is a `train --preset sec9 --recipe R --seeds S ... --out RUN` folder (summary.json written);
 DISC and TL are `circuit discover RUN --threshold 0.05 --out DISC` and `emergence RUN --circuits
-DISC --out TL` (without them the piece's seeds are judged on E4 from metrics.csv alone). The
+DISC --out TL`, or several such folders, each seed's taken from the first that holds it
+(scripts/gpu_runs.py writes one a seed); without them the piece's seeds are judged on E4 from
+metrics.csv alone. The
 result is staged from what NAME holds plus RUN, so publishing the same piece again writes the same
 reference: the command, the wall time (the pieces' training summed) and the timeline summary
 (stackedheads.emergence.timeline_summary) are recomputed from the staged pieces, never added to,
@@ -69,23 +71,36 @@ def falls(run: Path, seed: int) -> str:
     return ", ".join(f"{x} " + ("never" if step is None else f"{round(step * per)}") for x, step in drops.items())
 
 
-def piece_note(run: Path, seeds: list[int], commit: str, first_commit: str, note: str, timed: bool) -> str:
+def piece_note(run: Path, seeds: list[int], commit: str, first_commit: str, note: str, em: Path) -> str:
     s = json.loads((run / "summary.json").read_text())
     label = "Seed" if len(seeds) == 1 else "Seeds"
     finals = ", ".join(f"{s['seeds'][str(x)]['final_val_loss']:.4f}" for x in seeds)
     where = "" if commit == first_commit else f", from a clone of {commit[:7]}"
     return (f" {label} {','.join(map(str, seeds))}: the same command with --seeds {','.join(map(str, seeds))}{where}, "
-            f"{s['wall_s']:.0f} s of training{', ' + note if note else ''}; partial losses below 0.5 at epochs: {'; '.join(falls(run, x) for x in seeds)}; "
-            f"final val MSE {finals}; " + ("circuits (App. E's 0.05 on its last checkpoint) and a timeline as the first piece's."
-                                            if timed else "no circuits yet (E4 from metrics.csv)."))
+            f"{s['wall_s']:.0f} s of training{', ' + note if note else ''}; partial losses below 0.5 at epochs: "
+            f"{'; '.join(('seed %d: ' % x if len(seeds) > 1 else '') + falls(run, x) for x in seeds)}; "
+            f"final val MSE {finals}; {analysed(em, seeds)}.")
+
+
+def analysed(em: Path, seeds: list[int]) -> str:
+    """What the piece's seeds hold beside their metrics: circuits and a timeline, naming the seeds
+    that have one where some have not."""
+    def held(kind, file):
+        have = [s for s in seeds if (em / kind / f"seed{s}" / file).is_file()]
+        return None if not have else "" if have == seeds else f" for seed{'s' * (len(have) > 1)} {','.join(map(str, have))}"
+    circuits, timeline = held("discovered", "circuit.json"), held("timeline", "timeline.json")
+    if circuits is None:
+        return "no circuits yet (E4 from metrics.csv)"
+    return (f"circuits (App. E's 0.05 on its last checkpoint){circuits}"
+            + (f" and a timeline{timeline}" if timeline is not None else "; no timeline"))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("name")
     ap.add_argument("run", type=Path)
-    ap.add_argument("--circuits", type=Path)
-    ap.add_argument("--timeline", type=Path)
+    ap.add_argument("--circuits", type=Path, nargs="+", help="folders of seed*/: each seed's from the first that holds it")
+    ap.add_argument("--timeline", type=Path, nargs="+", help="likewise (gpu_runs.py writes one folder a seed)")
     ap.add_argument("--commit", help="the commit RUN's code came from (default: this checkout's HEAD)")
     ap.add_argument("--note", default="", help="a further piece: what its sentence in the notes adds (how it ran)")
     ap.add_argument("--title", help="the first piece: the reference's title (a further piece keeps it unless given)")
@@ -126,10 +141,10 @@ def publish_piece(a) -> None:
         (runs / piece).mkdir()
         for f in RUN_FILES:
             shutil.copy(run / f, runs / piece / f)
-        for kind, src in (("discovered", a.circuits), ("timeline", a.timeline)):
+        for kind, srcs in (("discovered", a.circuits), ("timeline", a.timeline)):
             for s in seeds:
                 shutil.rmtree(em / kind / f"seed{s}", ignore_errors=True)
-                if src is not None and (src / f"seed{s}").is_dir():
+                if src := next((d for d in srcs or () if (d / f"seed{s}").is_dir()), None):
                     shutil.copytree(src / f"seed{s}", em / kind / f"seed{s}", ignore=shutil.ignore_patterns(".lock"))
         timed = (em / "timeline").is_dir() and any((em / "timeline").glob("seed*/timeline.json"))
         if timed:
@@ -147,7 +162,7 @@ def publish_piece(a) -> None:
             notes = ref["notes"]
             if piece != EMERGENCE_RUN:  # a further piece: its sentence replaces one written before
                 notes = re.sub(rf" Seeds? {','.join(map(str, seeds))}: .*?(?= Seeds? \d[\d,]*: |$)", "", notes).strip()
-                notes += piece_note(run, seeds, commit, first_commit, a.note, timed)
+                notes += piece_note(run, seeds, commit, first_commit, a.note, em)
         command = base + "".join(
             f"; seed {','.join(map(str, seeds_of(p)))}: the same with --seeds {','.join(map(str, seeds_of(p)))} "
             f"(config.json, summary.json, metrics.csv, segments.jsonl to R/emergence/runs/{p.name})" for p in pieces[1:])

@@ -1,5 +1,5 @@
 """scripts/gpu_runs.py, the driver of a lent GPU's call: which runs it keeps under its deadline,
-and the per-seed exports it returns (CI has no GPU; both parts are plain Python and torch)."""
+the analysis jobs it queues and the per-seed exports it returns (CI has no GPU; both parts are plain Python and torch)."""
 
 import importlib.util
 import json
@@ -92,3 +92,17 @@ def test_an_unpacked_export_is_a_run_folder_the_analyses_read(two_seed_checkpoin
     for bad in ([tmp_path / "none.safetensors", tmp_path / "x"], [tmp_path / "run-seed5.safetensors"]):
         r = subprocess.run([sys.executable, script, "unpack", *bad], capture_output=True, text=True)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_each_seeds_timeline_waits_for_its_own_circuits_alone(tmp_path):
+    """A seed whose discovery outlasts the deadline holds back no other seed's timeline."""
+    jobs = gpu_runs.analysis_jobs("sec9-x", "sec9", [1, 2], tmp_path, timelines=True)
+    assert set(jobs) == {"sec9-x/discover-1", "sec9-x/discover-2", "sec9-x/emergence-1", "sec9-x/emergence-2"}
+    argv, deps = jobs["sec9-x/emergence-2"]
+    assert deps == ["sec9-x/discover-2"]
+    an = tmp_path / "sec9-x-analysis"
+    assert argv[-4:] == ["--circuits", str(an / "discovered-2"), "--out", str(an / "timeline-2")]
+    assert jobs["sec9-x/discover-2"][0][-2:] == ["--out", str(an / "discovered-2")]
+    # without kept checkpoints there is nothing to time; sec8 draws Figure 5's maps, waiting for nothing
+    jobs = gpu_runs.analysis_jobs("sec8-x", "sec8", [0], tmp_path, timelines=False)
+    assert set(jobs) == {"sec8-x/discover-0", "sec8-x/maps-0"} and jobs["sec8-x/maps-0"][1] == []

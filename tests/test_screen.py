@@ -324,9 +324,9 @@ def test_screen_piece_publishes_pieces_and_recomputes_what_they_share(pieces, tm
 
     def publish(run, **kw):
         a = dict(name="constant-clip", run=run, circuits=None, timeline=None, commit="7e32fd7", note="", title=None,
-                 train_command=None, notes=None, results=results)
-        sp.publish_piece(argparse.Namespace(**{**a, **kw}))
-        return json.loads((results / "constant-clip" / "reference.json").read_text())
+                 train_command=None, notes=None, results=results) | kw
+        sp.publish_piece(argparse.Namespace(**a))
+        return json.loads((results / a["name"] / "reference.json").read_text())
 
     with pytest.raises(UsageError, match="needs --title, --train-command and --notes"):
         publish(runs / f"{EMERGENCE_RUN}-seed1")
@@ -340,9 +340,33 @@ def test_screen_piece_publishes_pieces_and_recomputes_what_they_share(pieces, tm
     assert second["command"].count("; seed 1: the same with --seeds 1") == 1
     assert second["notes"].startswith("Seed 0 alone. Seed 1: the same command with --seeds 1, from a clone of abcdef1")
     assert second["notes"].count("Seed 1:") == 1 and "on another CPU" in second["notes"]
+    assert second["notes"].endswith("no circuits yet (E4 from metrics.csv).")
+    # a piece's sentence names the seeds that have circuits or a timeline where some have none
+    em = tmp_path / "em"
+    for kind, file, held in (("discovered", "circuit.json", (2, 3)), ("timeline", "timeline.json", (0,))):
+        for s in held:
+            (em / kind / f"seed{s}").mkdir(parents=True)
+            (em / kind / f"seed{s}" / file).write_text("{}")
+    assert sp.analysed(em, [1, 2, 3]) == "circuits (App. E's 0.05 on its last checkpoint) for seeds 2,3; no timeline"
+    assert sp.analysed(em, [2, 3]) == "circuits (App. E's 0.05 on its last checkpoint); no timeline"
+    assert sp.analysed(em, [1]) == "no circuits yet (E4 from metrics.csv)"
+    (em / "timeline" / "seed2").mkdir()
+    (em / "timeline" / "seed2" / "timeline.json").write_text("{}")
+    assert sp.analysed(em, [2, 3]).endswith("and a timeline for seed 2")
     assert {p.parent.name for p in (results / "constant-clip").glob("emergence/runs/*/summary.json")} == {
         EMERGENCE_RUN, f"{EMERGENCE_RUN}-s1"}
     (run,) = seeds.collect_seeds([results / "constant-clip"])
     assert [r.seed for r in run.rows] == ["0", "1"]
     with pytest.raises(UsageError, match="holds some of seeds"):
         publish(root / "whole" / "emergence" / "runs" / EMERGENCE_RUN)
+    # circuits from one folder a seed, as gpu_runs.py writes them: each seed's from the folder holding it
+    whole = root / "whole" / "emergence" / "runs" / EMERGENCE_RUN
+    for s in (0, 1):
+        r = cli("circuit", "discover", whole, "--seeds", s, "--threshold", "0.05", "--out", tmp_path / f"discovered-{s}")
+        assert r.code == 0, r.err
+    ref = publish(whole, name="two-folders", circuits=[tmp_path / "discovered-1", tmp_path / "discovered-0"],
+                  title="t", train_command="stackedheads train --preset sec9-smoke", notes="Both seeds.")
+    for s in (0, 1):
+        assert (results / "two-folders" / "emergence" / "discovered" / f"seed{s}" / "circuit.json").read_bytes() == (
+            tmp_path / f"discovered-{s}" / f"seed{s}" / "circuit.json").read_bytes()
+    assert ref["name"] == "two-folders"
