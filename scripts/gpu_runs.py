@@ -15,9 +15,9 @@ checkpoint (sec8's 24,000 steps take about 10 minutes alone on an H100: two call
 As a run ends (with ANALYSE set): `circuit discover --threshold 0.05` (App. E) for each seed in a
 process of its own (ROOT/RUN-analysis/discovered-S), then per seed `attention` (sec8: Figure 5's
 maps) or `emergence` once its circuits are there (where the checkpoints were kept: Sec. 9's
-timeline, timeline-S; scripts/screen_piece.py takes the folders as they are). Everything stops at DEADLINE. What finished comes back
-as OUT/runs.tgz (configs, metrics, summaries, segments, logs, circuits, maps, timelines; never a
-checkpoint) and OUT/driver.log.
+timeline, timeline-S; scripts/screen_piece.py takes these folders as they are). Everything
+stops at DEADLINE. What finished comes back as OUT/runs.tgz (configs, metrics, summaries,
+segments, logs, circuits, maps, timelines; never a checkpoint) and OUT/driver.log.
 
 Measured on one H200 (torch 2.11, eager float32, docs/training.md 'The recipe screen'): one sec9
 run of 3 or 4 seeds alone 20-23 steps/s (about 330 s); two at once 12.5 steps/s each (together
@@ -112,8 +112,8 @@ def analysis_jobs(name, preset, seeds, root, timelines):
     """A run's analysis as jobs keyed "NAME/JOB", each (argv, the jobs it waits for): circuits per
     seed (ROOT/NAME-analysis/discovered-S), then per seed Figure 5's maps (sec8) or, where the
     checkpoints were kept (``timelines``), Sec. 9's timeline (timeline-S). A seed's timeline waits
-    for its own circuits alone: a discovery that outlasts the deadline (a model that never left the
-    plateau took over 6 minutes, 2026-11-27) holds back no other seed's."""
+    for its own circuits alone: a discovery that outlasts the deadline (on a model that memorised
+    and never generalised, over 6 minutes, 2026-11-27) holds back no other seed's."""
     run, an = root / name, root / f"{name}-analysis"
     jobs = {f"discover-{s}": (cli("circuit", "discover", run, "--seeds", s, "--threshold", "0.05", "--out", an / f"discovered-{s}"), [])
             for s in seeds}
