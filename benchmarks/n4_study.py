@@ -81,7 +81,8 @@ SEC8_SIZE: dict[str, tuple[str, TrainConfig]] = {
 # The A-C and D twins train the first 2,000 steps of a 4,000-step schedule (sec8-quick); here the
 # same for the sweep, on the runs that decide the claims: IC (D = 2) at 3 layers (x2's causal
 # minimum) and at 2 (x1's), non-IC (D = 3) at the sweep's most layers.
-F4 = presets.FIGURE4.get("quick").base.override(seeds=presets.FIGURE4.get("quick").seeds)
+F4_SPEC = presets.FIGURE4.get("quick")
+F4 = F4_SPEC.base.override(seeds=F4_SPEC.seeds)
 F4_RUNS = {"ic-L3": {"depth": 2, "ic": True, "n_layers": 3}, "ic-L2": {"depth": 2, "ic": True, "n_layers": 2},
            "non-ic-L3": {"depth": 3, "ic": False, "n_layers": 3}}
 F4_SCHEDULES = {"2k": ("the quick sweep as it is: cosine over its 2,000 steps", {}),
