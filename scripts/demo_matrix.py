@@ -22,6 +22,7 @@ Run it alone on the machine: four demos at about 15 min each where bfloat16 is n
 emulated (a CPU without AVX512-BF16 or AMX) a bfloat16 demo takes hours.
 """
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -29,8 +30,10 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
+from dataclasses import asdict
 from pathlib import Path
 
+from stackedheads import presets
 from stackedheads.perf import available_cores
 from stackedheads.provenance import git_commit, machine
 from stackedheads.storage import atomic_write_json
@@ -92,16 +95,32 @@ def parse_cells(text: str | None) -> list[tuple[str, int]]:
     return [c for c in CELLS if cell_name(*c) in names]
 
 
+def fingerprint(preset: dict) -> str:
+    """A reproduce preset's settings (its config.json "preset") in 16 hex digits: a preset
+    changed under the same name gives another."""
+    return hashlib.sha256(json.dumps(preset, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def current_fingerprint(preset: str) -> str:
+    return fingerprint(json.loads(json.dumps(asdict(presets.REPRODUCE.get(preset)))))
+
+
 def read_records(out: Path, preset: str, skips: list[str]) -> dict[str, dict]:
-    """Every finished cell's record in OUT, in the table's order; a record of another preset or
-    other skipped stages is refused: its verdicts are not the same demo's."""
-    records = {}
+    """Every finished cell's record in OUT, in the table's order; a record of another preset,
+    of this preset's name at other settings (made before a change to it), or of other skipped
+    stages is refused: its verdicts are not the same demo's."""
+    records, now = {}, None
     for cell in (cell_name(*c) for c in CELLS):
         if (path := out / f"{cell}.json").exists():
             rec = json.loads(path.read_text())
             if (rec["preset"], rec["skip"]) != (preset, skips):
                 raise ValueError(f"{path}: preset {rec['preset']}, skipped {rec['skip']}; this table is "
                                  f"preset {preset}, skipped {skips}: give the same or another OUT")
+            now = now or current_fingerprint(preset)
+            if rec.get("preset_sha") != now:
+                raise ValueError(f"{path}: made with preset {preset} at other settings "
+                                 f"({rec.get('preset_sha') or 'not recorded'}; now {now}): remove it and its "
+                                 "folder to run the cell again, or give another OUT")
             records[cell] = rec
     return records
 
@@ -129,8 +148,10 @@ def run_cell(out: Path, preset: str, skips: list[str], dtype: str, threads: int,
                          env=env, capture_output=True, text=True)
     if got.returncode != 0:
         raise CellFailed(f"{name}: claims exited {got.returncode}: {(got.stderr.strip().splitlines() or [''])[-1]}")
+    ran = fingerprint(json.loads((folder / "config.json").read_text())["preset"])
     rec = {"cell": name, "dtype": dtype, "threads": threads, "device": device, "preset": preset, "skip": skips,
-           "commit": git_commit(), "machine": machine(), "wall_s": wall, "claims": json.loads(got.stdout)}
+           "preset_sha": ran, "commit": git_commit(), "machine": machine(), "wall_s": wall,
+           "claims": json.loads(got.stdout)}
     atomic_write_json(out / f"{name}.json", rec)
 
 

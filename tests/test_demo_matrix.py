@@ -65,10 +65,11 @@ def test_cells_are_named_and_a_wrong_one_is_one_line(tmp_path, monkeypatch, capf
     assert err == ["demo_matrix: --cells: float32-t3: not a cell (cells: float32-t1, float32-t2, bfloat16-t1, bfloat16-t2)"]
 
 
-def record(cell, preset="quick", skip=("llm",), machine="M", verdict="PASS"):
+def record(cell, preset="quick", skip=("llm",), machine="M", verdict="PASS", sha=None):
     dtype, t = cell.split("-t")
     return {"cell": cell, "dtype": dtype, "threads": int(t), "device": "cpu", "preset": preset, "skip": list(skip),
-            "commit": "0" * 40, "machine": machine, "wall_s": 60.0,
+            "preset_sha": sha or demo_matrix.current_fingerprint(preset), "commit": "0" * 40, "machine": machine,
+            "wall_s": 60.0,
             "claims": [claim("9 Emergence in transformer D", "E3", verdict)]}
 
 
@@ -111,3 +112,23 @@ def test_cells_at_once_each_log_their_output_and_every_failure_is_named(tmp_path
     for c in ("float32-t1", "float32-t2"):
         assert "no-such-preset" in (out / f"{c}.log").read_text()
     assert not (out / "verdicts.md").exists()
+
+
+def test_a_record_of_the_preset_before_a_change_is_refused(tmp_path):
+    """A cell keeps the fingerprint of the settings it ran (its config.json), so records made
+    before the preset changed under the same name never join the new table."""
+    from dataclasses import asdict
+
+    from stackedheads import presets
+
+    ran = json.loads(json.dumps(asdict(presets.REPRODUCE.get("quick"))))
+    assert demo_matrix.fingerprint(ran) == demo_matrix.current_fingerprint("quick")
+    ran["figure4"]["layers"] = [1, 2]  # the same name at other settings
+    (tmp_path / "float32-t1.json").write_text(json.dumps(record("float32-t1", sha=demo_matrix.fingerprint(ran))))
+    with pytest.raises(ValueError, match="float32-t1.json: made with preset quick at other settings"):
+        demo_matrix.read_records(tmp_path, "quick", ["llm"])
+    old = record("float32-t1")
+    del old["preset_sha"]  # a record from before fingerprints
+    (tmp_path / "float32-t1.json").write_text(json.dumps(old))
+    with pytest.raises(ValueError, match="not recorded"):
+        demo_matrix.read_records(tmp_path, "quick", ["llm"])
