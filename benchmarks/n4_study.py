@@ -86,7 +86,11 @@ F4_SPEC = presets.FIGURE4.get("quick")
 # The schedules below set decay_steps (None, the old one, cannot be given through override).
 F4 = replace(F4_SPEC.base, seeds=F4_SPEC.seeds, optim=replace(F4_SPEC.base.optim, decay_steps=None))
 F4_RUNS = {"ic-L3": {"depth": 2, "ic": True, "n_layers": 3}, "ic-L2": {"depth": 2, "ic": True, "n_layers": 2},
-           "non-ic-L3": {"depth": 3, "ic": False, "n_layers": 3}}
+           "non-ic-L3": {"depth": 3, "ic": False, "n_layers": 3},
+           # IC at D = 3: x3 needs 3 layers with the causal mask or without it, so C3 does not rest
+           # on whether a 2-layer model finds x2 at D = 2 anyway (seed 0 did in bfloat16: 3
+           # layers under the mask, 2 without it).
+           "ic3-L3": {"depth": 3, "ic": True, "n_layers": 3}, "ic3-L2": {"depth": 3, "ic": True, "n_layers": 2}}
 F4_SCHEDULES = {"2k": ("the quick sweep before issue 42: cosine over its 2,000 steps", {}),
                 "2k-of-4k": ("the first 2,000 steps of a 4,000-step cosine, as the A-C and D twins (the quick "
                              "sweep since issue 42)", {"decay_steps": 4000})}

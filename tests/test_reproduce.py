@@ -95,6 +95,40 @@ def test_a_published_emergence_stage_is_judged_in_the_reference_section(smoke, t
     assert (page / "report" / "img" / "sec9__emergence__timeline__seed0__losses.png").exists()
 
 
+def test_twin_seeds_runs_a_seed_as_the_demo_does(smoke, tmp_path):
+    """benchmarks/twin_seeds.py (issue 42's seed study of the twins) runs one seed's stage as
+    `reproduce` does: the demo's own circuits stage is the oracle for its loss and A1-A5."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+
+    from stackedheads import presets
+    from stackedheads.claims import SECTIONS
+    from stackedheads.layout import CIRCUITS_RUN
+
+    root = Path(__file__).parents[1]
+    script = root / "benchmarks" / "twin_seeds.py"
+    ran = json.loads((smoke / "circuits" / "runs" / CIRCUITS_RUN / "config.json").read_text())
+    seed, cell = presets.REPRODUCE.get("smoke").circuits_seeds[0], f"{ran['dtype']}-t{ran['threads']}"
+    r = subprocess.run([sys.executable, str(script), "--out", str(tmp_path), "--demo", "smoke", "--seeds", str(seed),
+                        "--cells", cell], capture_output=True, text=True, env=dict(os.environ))
+    assert r.returncode == 0, r.stderr
+    spec = importlib.util.spec_from_file_location("twin_seeds", script)
+    twin_seeds = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(twin_seeds)
+    got = twin_seeds.verdicts(tmp_path, "circuits", cell, seed)
+    demo = json.loads((smoke / "circuits" / "done.json").read_text())
+    assert got["final"] == demo["train"]["seeds"][str(seed)]["final_val_loss"]
+    assert got["useful"] == demo["circuits"][str(seed)]["n_useful_heads"]
+    assert got["claims"] == {c.id: c.verdict for c in SECTIONS.get("sec8").evaluate(smoke)}
+    assert f"| {seed} (the demo's) | " in r.stdout and (tmp_path / "circuits.md").read_text() == r.stdout
+    assert twin_seeds.verdicts(tmp_path, "emergence", cell, seed) is None  # not run: no row values
+    bad = subprocess.run([sys.executable, str(script), "--out", str(tmp_path), "--cells", "float16-t2"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "not a cell" in bad.stderr
+
+
 def test_another_preset_in_the_same_folder_is_refused(smoke, tmp_path, cli):
     out = tmp_path / "copy"
     shutil.copytree(smoke, out)
