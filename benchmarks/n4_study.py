@@ -93,7 +93,11 @@ F4_RUNS = {"ic-L3": {"depth": 2, "ic": True, "n_layers": 3}, "ic-L2": {"depth": 
            "ic3-L3": {"depth": 3, "ic": True, "n_layers": 3}, "ic3-L2": {"depth": 3, "ic": True, "n_layers": 2}}
 F4_SCHEDULES = {"2k": ("the quick sweep before issue 42: cosine over its 2,000 steps", {}),
                 "2k-of-4k": ("the first 2,000 steps of a 4,000-step cosine, as the A-C and D twins (the quick "
-                             "sweep since issue 42)", {"decay_steps": 4000})}
+                             "sweep since issue 42)", {"decay_steps": 4000}),
+                # Twice the updates at half the batch, for about the same sequences and time: IC at
+                # D = 3 and 3 layers needs more steps for x3 than "2k of 4k" gives seed 0.
+                "b64-4k-of-8k": ("batch 64, the first 4,000 steps of an 8,000-step cosine (warm-up 200)",
+                                 {"batch_size": 64, "steps": 4000, "decay_steps": 8000, "warmup_steps": 200})}
 FIGURE4_TWIN: dict[str, tuple[str, TrainConfig]] = {
     f"{run}-{sched}-{dtype}-t{threads}": (why, F4.override(**shape, **changes, dtype=dtype, threads=threads))
     for sched, (why, changes) in F4_SCHEDULES.items() for run, shape in F4_RUNS.items()
