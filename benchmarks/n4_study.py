@@ -80,8 +80,9 @@ SEC8_SIZE: dict[str, tuple[str, TrainConfig]] = {
 # Issue 42: with the quick sweep's old schedule (cosine over its 2,000 steps) the IC runs at 3
 # layers learn x2 near step 1,900 or not at all, so C0, C2 and C3 moved with rounding
 # (docs/reproduce.md). The A-C and D twins train the first 2,000 steps of a 4,000-step schedule
-# (sec8-quick), and so does the sweep now; both schedules here, on the runs that decide the claims: IC (D = 2) at 3 layers (x2's causal
-# minimum) and at 2 (x1's), non-IC (D = 3) at the sweep's most layers.
+# (sec8-quick), and so does the sweep now; both schedules here, on the runs that decide the
+# claims: IC (D = 2) at 3 layers (x2's causal minimum) and at 2 (x1's), non-IC (D = 3) at the
+# sweep's most layers.
 F4_SPEC = presets.FIGURE4.get("quick")
 # The schedules below set decay_steps (None, the old one, cannot be given through override).
 F4 = replace(F4_SPEC.base, seeds=F4_SPEC.seeds, optim=replace(F4_SPEC.base.optim, decay_steps=None))

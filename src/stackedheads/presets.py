@@ -157,7 +157,8 @@ RECIPES.register("torch-in-init-warmup-constant", Recipe(
     {"in_init": "torch", "schedule": "constant"},
     "(d) + (b): the input projection at PyTorch's default, warm-up, then a constant lr of 1e-3 (clipping kept)"))
 # (a) + (c): the two choices whose final loss came within 2x of the paper's 0.031 (constant-clip
-# 0.035 over four seeds, 16,384 sequences 0.062 on seed 0), each with the presets' plateau.
+# 0.035 over four seeds, 16,384 sequences 0.062 on seed 0, seed 1 0.19 with x4 never learned),
+# each with the presets' plateau.
 RECIPES.register("constant-clip-train-16384", Recipe(
     {"warmup_steps": 0, "schedule": "constant", "n_train": 16_384},
     "(a) + (c): a constant lr of 1e-3, no warm-up (clipping kept), 16,384 training sequences"))
