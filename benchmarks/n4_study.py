@@ -91,7 +91,13 @@ F4_RUNS = {"ic-L3": {"depth": 2, "ic": True, "n_layers": 3}, "ic-L2": {"depth": 
            # IC at D = 3: x3 needs 3 layers with the causal mask or without it, so C3 does not rest
            # on whether a 2-layer model finds x2 at D = 2 anyway (seed 0 did in bfloat16: 3
            # layers under the mask, 2 without it).
-           "ic3-L3": {"depth": 3, "ic": True, "n_layers": 3}, "ic3-L2": {"depth": 3, "ic": True, "n_layers": 2}}
+           "ic3-L3": {"depth": 3, "ic": True, "n_layers": 3}, "ic3-L2": {"depth": 3, "ic": True, "n_layers": 2},
+           "ic3-L4": {"depth": 3, "ic": True, "n_layers": 4},
+           # N = 3 at D = 2: a 2-layer model's partial answer for x2 (a guess among the other
+           # chains' items) is worth less against the 1 - 1/N plateau than at N = 2.
+           "n3-ic-L3": {"chains": 3, "depth": 2, "ic": True, "n_layers": 3},
+           "n3-ic-L2": {"chains": 3, "depth": 2, "ic": True, "n_layers": 2},
+           "n3-non-ic-L3": {"chains": 3, "depth": 3, "ic": False, "n_layers": 3}}
 F4_SCHEDULES = {"2k": ("the quick sweep before issue 42: cosine over its 2,000 steps", {}),
                 "2k-of-4k": ("the first 2,000 steps of a 4,000-step cosine, as the A-C and D twins (the quick "
                              "sweep since issue 42)", {"decay_steps": 4000}),
