@@ -96,8 +96,7 @@ F4_RUNS = {"ic-L3": {"depth": 2, "ic": True, "n_layers": 3}, "ic-L2": {"depth": 
            # N = 3 at D = 2: a 2-layer model's partial answer for x2 (a guess among the other
            # chains' items) is worth less against the 1 - 1/N plateau than at N = 2.
            "n3-ic-L3": {"chains": 3, "depth": 2, "ic": True, "n_layers": 3},
-           "n3-ic-L2": {"chains": 3, "depth": 2, "ic": True, "n_layers": 2},
-           "n3-non-ic-L3": {"chains": 3, "depth": 3, "ic": False, "n_layers": 3}}
+           "n3-ic-L2": {"chains": 3, "depth": 2, "ic": True, "n_layers": 2}}
 F4_SCHEDULES = {"2k": ("the quick sweep before issue 42: cosine over its 2,000 steps", {}),
                 "2k-of-4k": ("the first 2,000 steps of a 4,000-step cosine, as the A-C and D twins (the quick "
                              "sweep since issue 42)", {"decay_steps": 4000}),

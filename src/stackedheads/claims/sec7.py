@@ -147,9 +147,9 @@ def _c3(ic: list[dict]) -> dict:
         learned = {L: [r[key] < thr for r in ic if r["layers"] == L] for L in layers}
         ok = [L for L in layers if all(learned[L])]
         needed[f"x{j}"] = min(ok) if ok else None
-        some = [L for L in layers if any(learned[L]) and (not ok or L < min(ok))]
-        if some:
-            early[f"x{j}"] = f"{sum(learned[some[0]])} of {len(learned[some[0]])} seeds learn x{j} at {some[0]}"
+        first = next((L for L in layers if any(learned[L])), None)
+        if first is not None and (not ok or first < min(ok)):
+            early[f"x{j}"] = f"{sum(learned[first])} of {len(learned[first])} seeds learn x{j} at {first}"
     causal = {f"x{j}": v for j, v in enumerate(theory.min_layers_per_position(depth, causal=True), start=1)}
     vals = list(needed.values())
     never = [k for k, v in needed.items() if v is None]
