@@ -94,7 +94,8 @@ F4_RUNS = {"ic-L3": {"depth": 2, "ic": True, "n_layers": 3}, "ic-L2": {"depth": 
            "ic3-L3": {"depth": 3, "ic": True, "n_layers": 3}, "ic3-L2": {"depth": 3, "ic": True, "n_layers": 2},
            "ic3-L4": {"depth": 3, "ic": True, "n_layers": 4},
            # N = 3 at D = 2: a 2-layer model's partial answer for x2 (a guess among the other
-           # chains' items) is worth less against the 1 - 1/N plateau than at N = 2.
+           # chains' items) is worth less against the 1 - 1/N plateau than at N = 2. Ruled out: no
+           # seed leaves the plateau in 2,000 steps (docs/reproduce.md); nor does x3 at 4 layers.
            "n3-ic-L3": {"chains": 3, "depth": 2, "ic": True, "n_layers": 3},
            "n3-ic-L2": {"chains": 3, "depth": 2, "ic": True, "n_layers": 2}}
 F4_SCHEDULES = {"2k": ("the quick sweep before issue 42: cosine over its 2,000 steps", {}),
