@@ -163,6 +163,9 @@ def test_discovery_recovers_the_known_circuit(forced_model, tmp_path):
     assert all(r.loss > found.threshold for a, r in rows.items() if a.kind == "paths")
     assert [str(a) for a in rows] == ["none", "combined", "-L0.0 s2->s4", "-L1.0 s0->s2"]  # losses.json's text
     assert summary["serves"] == {"L0.0 s2->s4": [2], "L1.0 s0->s2": [1, 2]}
+    # Every head's map on the pair links, held out: this circuit's first head reads s_2k+2 instead.
+    assert [row[:2] for row in summary["pair_attention"]] == [[0, 0], [1, 0], [2, 0]]
+    assert max(summary["pair_attention"][0][2]) < 0.5
     # The circuit is data: it survives a JSON round trip and validates the same way.
     found.circuit.save(tmp_path / "circuit.json")
     again = Circuit.load(tmp_path / "circuit.json")
@@ -170,6 +173,23 @@ def test_discovery_recovers_the_known_circuit(forced_model, tmp_path):
     files = plot_circuit(again, tmp_path)
     assert all(is_figure(tmp_path / f) for f in ("circuit.png", "circuit.svg"))
     assert len(files) == 2
+
+
+class ForcedPairs(Forced):
+    """L0.0's second tokens read their pair partner (Sec. 8.2's first head); L1.0 is uniform."""
+
+    circuit = Circuit(2, [HeadSpec(0, 0, {"first": U, "second": "s-1", "query": U}), HeadSpec.whole(1, 0, U)])
+
+
+def test_pair_attention_reads_each_heads_map_on_the_pair_links():
+    task = VectorTaskConfig(chains=2, depth=2, n_train=256, n_val=64)
+    cfg = ModelConfig(d_in=task.d_in, d_out=task.d_out, n_queries=2, n_layers=2, n_heads=1, d_model=16)
+    val = make_batch(task, range(64), "val")
+    got = rules.pair_attention(ForcedPairs(cfg, seeds=[0]).member(0), val, task.depth)
+    assert [row[:2] for row in got] == [[0, 0], [1, 0]]
+    assert got[0][2] == [1.0, 1.0]  # every pair's second token on its first: the link, whole
+    # Uniform attention spreads a row over every earlier position: below Figure 7's 0.5.
+    assert all(0 < a < 0.5 for a in got[1][2]), got[1][2]
 
 
 def test_candidate_paths_are_causal_chain_hops():

@@ -174,8 +174,15 @@ def train(final=0.005, parts=(0.004, 0.005, 0.006), n_layers=12, chains=4, steps
     }
 
 
+def pair_maps(paths, n_layers=12):
+    """Every head's attention on the pair links as a discovery records it: 0.95 where the head
+    keeps the link's path, 0.1 where it does not (tests that part the two give their own)."""
+    return [[l, 0, [0.95 if [l, 0, 2 * k, 2 * k - 1] in [list(p) for p in paths] else 0.1 for k in range(1, DEPTH + 1)]]
+            for l in range(n_layers)]
+
+
 def found(paths=(*PAIR_LINKS, [5, 0, 0, 2], [7, 0, 0, 4], [9, 0, 0, 6]), combined=(0.02, 0.03, 0.04),
-          unexplained=(), kind="absolute", threshold=0.05, groups=(), serves=None):
+          unexplained=(), kind="absolute", threshold=0.05, groups=(), serves=None, pair_attention=None):
     budgets = [threshold] * DEPTH
     with_paths = sorted({(p[0], p[1]) for p in paths})
     useful = sorted(set(with_paths) | {(l, h) for l, h, _ in unexplained})
@@ -188,7 +195,7 @@ def found(paths=(*PAIR_LINKS, [5, 0, 0, 2], [7, 0, 0, 4], [9, 0, 0, 6]), combine
         "heads_with_paths": [list(h) for h in with_paths], "theory_min_heads": 3,
         "unexplained_heads": [list(u) for u in unexplained], "paths": [list(p) for p in paths],
         "redundant_groups": [list(g) for g in groups], "serves": serves or {}, "n_search": 64, "n_check": 64,
-        "losses": [],
+        "losses": [], "pair_attention": pair_maps(paths) if pair_attention is None else pair_attention,
     }
 
 
@@ -211,6 +218,17 @@ SEC8_CASES = {
                                  unexplained=[(5, 0, "first")]), {"A2": FAIL},
     ),
     "first head links 2 of 3 pairs": (train(), found(paths=(*PAIR_LINKS[:2], [5, 0, 0, 2], [7, 0, 0, 4])), {"A4": FAIL}),
+    # A4 reads the first head's map, as the paper did (App. E: its ablation costs only 0.05-0.1):
+    # a link whose path the ablation search dropped is still a link where the head attends it.
+    "first head attends every pair, its ablation keeps 2 links": (
+        train(), found(paths=(*PAIR_LINKS[:2], [5, 0, 0, 2], [7, 0, 0, 4], [9, 0, 0, 6]),
+                       pair_attention=[[0, 0, [0.99, 0.99, 0.98]]]), {"A4": PASS},
+    ),
+    "first head keeps every link's path, attends one pair weakly": (
+        train(), found(pair_attention=[[0, 0, [0.99, 0.99, 0.45]]]), {"A4": FAIL},
+    ),
+    # A discovery that did not record the maps (before A4 read them) cannot decide.
+    "no pair attention recorded": (train(), found(pair_attention=[]), {"A4": INCONCLUSIVE, "A5": PASS}),
     # A head below the pair-linking head has rows no rule explains: it is the first useful head
     # (kept heads are useful), and what it does is unknown.
     "an unexplained head below the first head with paths": (
@@ -252,7 +270,8 @@ def test_section8_evidence_is_stated():
     relative = {c.id: c for c in sec8.circuit_claims({"train": train(), "circuits": {"0": found(kind="relative")}})}
     assert "unablated loss + 0.04" in relative["A3"].measured
     by = {c.id: c for c in sec8.circuit_claims({"train": train(), "circuits": {"0": found(paths=(*PAIR_LINKS[:2], [5, 0, 0, 2]))}})}
-    assert "links 2 of 3 pairs (67%)" in by["A4"].measured and "PASS needs 100%" in by["A4"].measured
+    assert "L0.0 attends from each pair's second token to its first 0.95, 0.95, 0.10 (2 of 3 pairs above 0.5" in by["A4"].measured
+    assert "its kept paths link 2 of 3 pairs" in by["A4"].measured and "PASS needs every pair" in by["A4"].measured
     by = {c.id: c for c in sec8.circuit_claims({"train": train(), "circuits": {"0": found(
         paths=[[2, 0, s, d] for _, _, s, d in PAIR_LINKS], unexplained=[(1, 0, "second")])}})}
     assert "L1.0" in by["A4"].measured and "no rule explains" in by["A4"].measured

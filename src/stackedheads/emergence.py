@@ -30,7 +30,7 @@ import torch
 
 from stackedheads.circuits.ablate import Circuit, check_shape
 from stackedheads.circuits.paths import CircuitPath, dst_label
-from stackedheads.circuits.rules import path_ends
+from stackedheads.circuits.rules import path_attention
 from stackedheads.errors import UsageError
 from stackedheads.ordering import end_of_plateau, order_of
 from stackedheads.plots import pyplot, save_figure
@@ -44,21 +44,6 @@ from stackedheads.training import (
 )
 
 THRESHOLD = 0.5  # Figure 7: the epoch at which the average attention goes above 0.5
-
-
-@torch.no_grad()
-def path_attention(model, batch, paths: list[CircuitPath]) -> list[float]:
-    """Mean attention of tokens ``s_src`` on ``s_dst`` (same chain, or position 0 for a sink
-    path), per path, for one member."""
-    names = sorted({f"blocks.{l}.attn.hook_pattern" for l, *_ in paths})
-    _, cache = model.run_with_cache(batch.inputs, batch.meta, names=names)
-    B = batch.meta.role.shape[0]
-    out = []
-    for layer, head, src, dst in paths:
-        pat = cache[f"blocks.{layer}.attn.hook_pattern"][0, :, head]  # (B, T, T)
-        rows, cols = path_ends(batch.meta, src, dst)  # (B, N) each
-        out.append(float(pat[torch.arange(B)[:, None], rows, cols].mean()))
-    return out
 
 
 def first_crossing(steps: list[int], values: list[float], threshold: float = THRESHOLD) -> float | None:

@@ -86,6 +86,7 @@ from stackedheads.circuits.rules import (
     baselines,
     dst_label,
     library,
+    pair_attention,
     path_kind,
     path_sort_key,
     pattern_mass,
@@ -190,6 +191,7 @@ class Discovery:
     budgets: list[float]  # per chain position, on the held-out half
     model_over_budget: list[str]  # positions whose unablated loss is above the absolute threshold
     diagnosis: list[RowDiagnosis] = field(default_factory=list)  # unexplained and shortcut rows, held out
+    pair_attention: list = field(default_factory=list)  # rules.pair_attention, held out (A4)
 
     def summary(self) -> dict:
         c = self.circuit
@@ -229,6 +231,7 @@ class Discovery:
             "retrieval_heads": [list(h) for h in retrieval],
             "shortcut_heads": [list(h) for h in shortcut],
             "diagnosis": [d.to_dict() for d in self.diagnosis],
+            "pair_attention": self.pair_attention,
             "redundant_groups": info.to_dict()["redundant_groups"],
             "serves": info.serves,
             "n_search": info.n_search,
@@ -406,7 +409,8 @@ def discover(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, c
     info.threshold = cfg.threshold if cfg.threshold is not None else sum(check_budget) / len(check_budget)
     info.tolerance, info.unablated_loss, info.config, info.serves = cfg.tolerance, table[0].loss, asdict(cfg), serves
     info.budgets, info.n_search, info.n_check = check_budget, int(search.inputs.shape[0]), int(check.inputs.shape[0])
-    return Discovery(circuit, table, info.threshold, circuit.kept(), check_budget, over, _diagnose(model, check, circuit, lib))
+    return Discovery(circuit, table, info.threshold, circuit.kept(), check_budget, over,
+                     _diagnose(model, check, circuit, lib), pair_attention(model, check, task.depth))
 
 
 def _diagnose(model: EnsembleTransformer, check: Batch, circuit: Circuit, lib: Library) -> list[RowDiagnosis]:

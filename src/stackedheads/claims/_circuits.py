@@ -13,6 +13,8 @@ from stackedheads.claims._core import FAIL, INCONCLUSIVE, NUM, PASS, Each, combi
 # every chain position's final partial loss at most this fraction of the 1 - 1/N plateau (0.15
 # for the paper's N = 4; its models reach < 0.01, Sec. 8.2, and 0.031, Sec. 9.2).
 LEARNED_FRACTION = 0.2
+# Figure 7's line (emergence.THRESHOLD): a path whose mean attention is above it is formed.
+FORMED = 0.5
 WEAK = 0.6  # a rule covering less of its row's attention is named beside the head it explains (as discovery's)
 
 # What the claims and the report read of the training run's summary.json and of a discovery's
@@ -25,6 +27,7 @@ DISCOVERY_SUMMARY = {
     "unablated": _LOSSES, "combined": _LOSSES, "budgets": [NUM], "over_budget": [str], "unexplained_heads": [list],
     "paths": [list], "n_useful_heads": int, "theory_min_heads": int, "threshold?": NUM, "heads_with_paths?": [list],
     "losses?": [{"ablation": str, **_LOSSES}], "serves?": Each([int]), "diagnosis?": [dict], "mapped_rows?": [list],
+    "pair_attention?": [list],
 }
 
 
@@ -137,10 +140,13 @@ def validation(found: dict) -> tuple[str, str]:
     return FAIL, text + f"; {', '.join(over)} over budget"
 
 
-def first_head_pairs(found: dict, depth: int) -> tuple[float | None, str]:
-    """Sec. 8.2 (i): the fraction of pairs k = 1..D whose link s_2k -> s_2k-1 the lowest head
-    with useful paths carries; the text says what that head reads when it is not those links
-    (a shortcut) and which head links the pairs instead."""
+def first_head_pairs(found: dict, depth: int) -> tuple[list[float] | None, str]:
+    """Sec. 8.2 (i) as the paper read it, from the attention maps ("the first useful layers ...
+    always attend to the previous position", App. E, whose ablation test they pass only loosely:
+    0.05-0.1): the lowest head with useful paths or rows, and its mean attention from each
+    pair's second token ``s_2k`` on its first ``s_2k-1`` (None where it was not recorded: a
+    discovery before A4 read the maps). The text says which of these links its kept paths carry,
+    what the head reads when it is not the links, and which head links every pair instead."""
     mapped = found.get("mapped_rows", [])
     heads = (found.get("heads_with_paths") or []) + [[l, h] for l, h, *_ in mapped]
     if not heads:
@@ -148,8 +154,16 @@ def first_head_pairs(found: dict, depth: int) -> tuple[float | None, str]:
     low = min(tuple(h) for h in heads)  # the first useful head (rows by position alone are useful)
     carried = {(src, dst) for l, h, src, dst in found["paths"] if (l, h) == low}
     linked = [k for k in range(1, depth + 1) if (2 * k, 2 * k - 1) in carried]
-    text = f"L{low[0]}.{low[1]} links {len(linked)} of {depth} pairs ({len(linked) / depth:.0%})"
-    if len(linked) < depth:
+    kept = f"its kept paths link {len(linked)} of {depth} pairs"
+    att = {(l, h): a for l, h, a in found.get("pair_attention", [])}
+    if low not in att:
+        return None, f"L{low[0]}.{low[1]}: {kept}; its attention on the pairs was not recorded (run circuit discover again)"
+    mine = att[low]
+    formed = sum(a > FORMED for a in mine)
+    text = (f"L{low[0]}.{low[1]} attends from each pair's second token to its first "
+            f"{', '.join(f'{a:.2f}' for a in mine)} ({formed} of {depth} pairs above {FORMED}, "
+            f"the attention at which Figure 7 counts a path formed); {kept}")
+    if formed < depth:
         kinds = sorted({path_kind(dst) for _, dst in carried} - {"retrieval"})
         if kinds:
             reads = ", ".join(CircuitPath(*low, *p).key for p in sorted(carried, key=str) if path_kind(p[1]) != "retrieval")
@@ -157,10 +171,10 @@ def first_head_pairs(found: dict, depth: int) -> tuple[float | None, str]:
         by_position = [mapped_text(found, *row) for row in mapped if tuple(row[:2]) == low]
         if by_position:
             text += f"; {', '.join(by_position)}"
-        linkers = sorted({(l, h) for l, h, src, dst in found["paths"] if isinstance(dst, int) and src % 2 == 0 and dst == src - 1})
+        linkers = [f"L{l}.{h} ({min(a):.2f}-{max(a):.2f})" for (l, h), a in sorted(att.items()) if min(a) > FORMED]
         if linkers:
-            text += "; pair links s2k->s2k-1 in " + ", ".join(f"L{l}.{h}" for l, h in linkers)
-    return len(linked) / depth, text
+            text += "; every pair linked by " + ", ".join(linkers)
+    return mine, text
 
 
 def kept_below(found: dict) -> list[tuple[int, int]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from stackedheads.claims._circuits import (
+    FORMED,
     first_head_pairs,
     gated,
     heads_in,
@@ -76,21 +77,18 @@ def circuit_claims(stage: dict | None) -> list[Claim]:
         return (PASS if idle > n_heads / 2 else FAIL), text
 
     def a4(s):
-        frac, text = first_head_pairs(found[s], depth)
-        text += "; PASS needs 100% (paper: every pair, in all three transformers)"
+        pairs, text = first_head_pairs(found[s], depth)
+        text += "; PASS needs every pair (paper: every pair, in all three transformers)"
         below = kept_below(found[s])
         if below:
             rows = [(l, h, r) for l, h, r in found[s]["unexplained_heads"] if (l, h) in below]
             return INCONCLUSIVE, text + (
                 f"; heads below it have rows no rule explains ({row_text(found[s], rows)}): "
                 "the first useful head may be one of them")
-        if frac == 1.0:
-            return PASS, text
-        if found[s]["unexplained_heads"]:
-            return INCONCLUSIVE, text + "; the circuit is partial (unexplained rows), the first head may be among them"
-        # Every row follows a rule (A3 says whether their combined ablation holds): the first
-        # useful head is known, and it does not link every pair.
-        return FAIL, text
+        if pairs is None:
+            return INCONCLUSIVE, text
+        # The first useful head is known (no unexplained row below it) and its map is measured.
+        return (PASS if all(a > FORMED for a in pairs) else FAIL), text
 
     def a5(s):
         f = found[s]

@@ -171,6 +171,31 @@ def path_ends(meta: Meta, src: int, dst: Dst) -> tuple[torch.Tensor, torch.Tenso
     return rows, cols
 
 
+@torch.no_grad()
+def path_attention(model, batch, paths) -> list[float]:
+    """Mean attention of tokens ``s_src`` on ``s_dst`` (same chain, or position 0 for a sink
+    path), per ``(layer, head, src, dst)`` path, for one member."""
+    names = sorted({f"blocks.{l}.attn.hook_pattern" for l, *_ in paths})
+    _, cache = model.run_with_cache(batch.inputs, batch.meta, names=names)
+    B = batch.meta.role.shape[0]
+    out = []
+    for layer, head, src, dst in paths:
+        pat = cache[f"blocks.{layer}.attn.hook_pattern"][0, :, head]  # (B, T, T)
+        rows, cols = path_ends(batch.meta, src, dst)  # (B, N) each
+        out.append(float(pat[torch.arange(B)[:, None], rows, cols].mean()))
+    return out
+
+
+def pair_attention(model, batch, depth: int) -> list[list]:
+    """Sec. 8.2 (i) as the paper read it, from the attention maps: every head's mean attention
+    from the second token of each pair, ``s_2k``, on its first, ``s_2k-1`` (k = 1..D), as
+    ``[[layer, head, [a_1, .., a_D]], ...]``."""
+    cfg = model.config
+    heads = [(l, h) for l in range(cfg.n_layers) for h in range(cfg.n_heads)]
+    att = path_attention(model, batch, [(l, h, 2 * k, 2 * k - 1) for l, h in heads for k in range(1, depth + 1)])
+    return [[l, h, att[i * depth:(i + 1) * depth]] for i, (l, h) in enumerate(heads)]
+
+
 def one_hot(target: torch.Tensor, T: int) -> torch.Tensor:
     """``(B, T, T)`` patterns with all attention on ``target[b, t]``."""
     return torch.nn.functional.one_hot(target, T).float()
