@@ -171,7 +171,7 @@ def first_head_pairs(found: dict, depth: int) -> tuple[list[float] | None, str]:
         by_position = [mapped_text(found, *row) for row in mapped if tuple(row[:2]) == low]
         if by_position:
             text += f"; {', '.join(by_position)}"
-        linkers = [f"L{l}.{h} ({min(a):.2f}-{max(a):.2f})" for (l, h), a in sorted(att.items()) if min(a) > FORMED]
+        linkers = [f"L{l}.{h} (at least {min(a):.2f})" for (l, h), a in sorted(att.items()) if min(a) > FORMED]
         if linkers:
             text += "; every pair linked by " + ", ".join(linkers)
     return mine, text
