@@ -140,12 +140,12 @@ def validation(found: dict) -> tuple[str, str]:
     return FAIL, text + f"; {', '.join(over)} over budget"
 
 
-def first_head_pairs(found: dict, depth: int) -> tuple[list[float] | None, str]:
+def first_head_pairs(found: dict, depth: int) -> tuple[bool | None, str]:
     """Sec. 8.2 (i) as the paper read it, from the attention maps ("the first useful layers ...
     always attend to the previous position", App. E, whose ablation test they pass only loosely:
-    0.05-0.1): the lowest head with useful paths or rows, and its mean attention from each
-    pair's second token ``s_2k`` on its first ``s_2k-1`` (None where it was not recorded: a
-    discovery before A4 read the maps). The text says which of these links its kept paths carry,
+    0.05-0.1): whether the lowest head with useful paths or rows attends from every pair's
+    second token ``s_2k`` to its first ``s_2k-1`` above :data:`FORMED` (None where its map was
+    not recorded: a discovery before A4 read the maps). The text says which of these links its kept paths carry,
     what the head reads when it is not the links, and which head links every pair instead."""
     mapped = found.get("mapped_rows", [])
     heads = (found.get("heads_with_paths") or []) + [[l, h] for l, h, *_ in mapped]
@@ -174,7 +174,7 @@ def first_head_pairs(found: dict, depth: int) -> tuple[list[float] | None, str]:
         linkers = [f"L{l}.{h} (at least {min(a):.2f})" for (l, h), a in sorted(att.items()) if min(a) > FORMED]
         if linkers:
             text += "; every pair linked by " + ", ".join(linkers)
-    return mine, text
+    return formed == depth, text
 
 
 def kept_below(found: dict) -> list[tuple[int, int]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from stackedheads.claims._circuits import (
-    FORMED,
     first_head_pairs,
     gated,
     heads_in,
@@ -77,7 +76,7 @@ def circuit_claims(stage: dict | None) -> list[Claim]:
         return (PASS if idle > n_heads / 2 else FAIL), text
 
     def a4(s):
-        pairs, text = first_head_pairs(found[s], depth)
+        every_pair, text = first_head_pairs(found[s], depth)
         text += "; PASS needs every pair (paper: every pair, in all three transformers)"
         below = kept_below(found[s])
         if below:
@@ -85,10 +84,10 @@ def circuit_claims(stage: dict | None) -> list[Claim]:
             return INCONCLUSIVE, text + (
                 f"; heads below it have rows no rule explains ({row_text(found[s], rows)}): "
                 "the first useful head may be one of them")
-        if pairs is None:
+        if every_pair is None:
             return INCONCLUSIVE, text
         # The first useful head is known (no unexplained row below it) and its map is measured.
-        return (PASS if all(a > FORMED for a in pairs) else FAIL), text
+        return (PASS if every_pair else FAIL), text
 
     def a5(s):
         f = found[s]
