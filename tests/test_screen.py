@@ -202,9 +202,11 @@ def test_pieces_of_other_settings_or_one_seed_twice_are_refused(pieces, tmp_path
 # --- the distance -------------------------------------------------------------------------------
 
 
-def _screen_folder(root, falls: dict[int, list[int | None]], final: float, steps=6400, per_epoch=8):
+def _screen_folder(root, falls: dict[int, list[int | None]], final: float | dict[int, float], steps=6400, per_epoch=8):
     """A sec9-shaped training run without circuits: each seed's x1..x4 at 0.75 until its step in
-    ``falls`` (None: never), then 0.01; training loss 0.002 below validation over the run."""
+    ``falls`` (None: never), then 0.01; training loss 0.002 below validation over the run;
+    ``final`` the final val MSE of every seed, or per seed."""
+    finals = final if isinstance(final, dict) else dict.fromkeys(falls, final)
     cfg = presets.get("sec9").override(seeds=tuple(falls), steps=steps, eval_every=80, final_window=100).to_dict()
     run = root / "emergence" / "runs" / EMERGENCE_RUN
     run.mkdir(parents=True)
@@ -220,7 +222,7 @@ def _screen_folder(root, falls: dict[int, list[int | None]], final: float, steps
         w.writeheader()
         w.writerows(rows)
     (run / "summary.json").write_text(json.dumps({"config": cfg, "wall_s": 1.0, "seeds": {
-        str(s): {"final_val_loss": final, "final_partial": {f"val_x{j}": final for j in range(1, 5)}} for s in falls}}))
+        str(s): {"final_val_loss": finals[s], "final_partial": {f"val_x{j}": finals[s] for j in range(1, 5)}} for s in falls}}))
     return root
 
 
@@ -262,6 +264,54 @@ def test_runs_are_ranked_by_distance_and_a_run_on_the_plateau_is_not_measured(tm
     assert cmp[0]["closer"] == "near"
     r = cli("seeds", far, stuck, near)
     assert r.code == 0 and "Distance to Sec. 9" in r.out and "distance to the paper: at least" in r.out
+
+
+def test_toward_is_2x_closer_on_the_log_scale():
+    paper = 0.031
+    assert seeds.toward(2 * paper, 8 * paper, paper) and seeds.toward(paper / 2, 8 * paper, paper)
+    assert not seeds.toward(5 * paper, 8 * paper, paper)  # closer, but not 2x
+    assert not seeds.toward(0.39, 0.0027, paper)  # from 11x below to 13x above: farther, not toward
+    assert not seeds.toward(0.0, 0.0027, paper)
+
+
+def test_the_screen_wants_four_seeds_where_a_choice_moved_and_of_every_combination(tmp_path, cli):
+    early = [400, 800, 880, 1040]  # x1 falls at 50 epochs
+    base = _screen_folder(tmp_path / "base", {0: early, 1: early}, final=0.0027)
+    # (a): seed 0 as the presets, seed 1 ends within 2x of the paper's 0.031
+    a = _screen_folder(tmp_path / "a", {0: early, 1: early}, final={0: 0.003, 1: 0.02})
+    # (f): two seeds, neither moved (x1 at 60 epochs, the final loss 10x below the paper's)
+    f = _screen_folder(tmp_path / "f", {0: [480, 800, 880, 1040], 1: early}, final=0.0031)
+    # (d): x1 falls at 110 epochs on its only seed: |ln(110/450)| <= |ln(50/450)| - ln 2
+    d = _screen_folder(tmp_path / "d", {0: [880, 1200, 1600, 2000]}, final=0.0027)
+    # (d) + (a): one seed that moved nothing
+    da = _screen_folder(tmp_path / "da", {0: early}, final=0.0027)
+    # (c): x1 never falls, so its 800 epochs are a lower bound, shown as one
+    c = _screen_folder(tmp_path / "c", {0: [None] * 4}, final=0.75)
+    labels = ["sec9", "constant-clip", "pe-pair", "torch-in-init", "torch-in-init-constant", "train-2048"]
+    runs = seeds.collect_seeds([base, a, f, d, da, c], labels)
+    state = seeds.screen(runs)
+    assert state["baseline"] == "sec9" and state["baseline_medians"] == {"x1's fall": "50 epochs", "final val MSE": "0.0027"}
+    rows = {r["recipe"]: r for r in state["rows"]}
+    assert set(rows) == {n for n in presets.RECIPES if presets.RECIPES.get(n).choices}
+    assert rows["constant-clip"]["moved"] == ["final val MSE: median 0.0115, seed 1 0.0200"]
+    assert (rows["constant-clip"]["wanted"], rows["constant-clip"]["to_run"]) == (4, 2)
+    assert rows["pe-pair"]["moved"] == [] and (rows["pe-pair"]["wanted"], rows["pe-pair"]["to_run"]) == (2, 0)
+    assert rows["torch-in-init"]["moved"] == ["x1's fall: median 110 epochs, seed 0 110 epochs"]
+    assert (rows["torch-in-init"]["wanted"], rows["torch-in-init"]["to_run"]) == (4, 3)
+    assert (rows["torch-in-init-constant"]["why"], rows["torch-in-init-constant"]["to_run"]) == ("a combination", 3)
+    assert rows["train-2048"]["moved"] == ["x1's fall: median >=800 epochs, seed 0 >=800 epochs"]
+    assert (rows["learned-pos"]["seeds"], rows["learned-pos"]["to_run"]) == (0, 2)
+    assert state["to_run"] == sum(r["to_run"] for r in state["rows"])
+    head, table = seeds.screen_table(state)
+    assert table[[r[0] for r in table].index("pe-pair")][-1] == "done"
+    # No baseline, or no run named as a screen recipe: no screen to state.
+    assert seeds.screen(runs[1:]) is None and seeds.screen(seeds.collect_seeds([base, f], ["sec9", "other"])) is None
+    r = cli("seeds", base, a, "--label", "sec9", "--label", "constant-clip", "--markdown")
+    assert r.code == 0 and "### The recipe screen (issue 39)" in r.out and "| constant-clip | (a) | 2 |" in r.out
+    r = cli("seeds", base, a, "--label", "sec9", "--label", "constant-clip", "--json")
+    assert json.loads(r.out)["screen"]["rows"][0]["recipe"] == "constant-clip"
+    r = cli("seeds", base, a, "--label", "sec9", "--label", "constant-clip")
+    assert r.code == 0 and "The recipe screen" in r.out
 
 
 def test_a_result_in_pieces_publishes_into_a_group_the_report_reads(pieces, tmp_path, cli):

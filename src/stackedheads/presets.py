@@ -118,10 +118,12 @@ def get(name: str, recipe: str | None = None) -> TrainConfig:
 @dataclass(frozen=True)
 class Recipe:
     """A named change to a preset's recipe: ``changes`` are :meth:`TrainConfig.override`'s
-    fields, ``why`` the reading of the paper it stands for."""
+    fields, ``why`` the reading of the paper it stands for, ``choices`` the screen's letters it
+    makes (issue 39's (a)-(g); two or more for a combination, none for the presets' own)."""
 
     changes: dict
     why: str
+    choices: tuple[str, ...] = ()
 
 
 RECIPES: Registry[Recipe] = Registry("recipe")
@@ -131,37 +133,37 @@ RECIPES.register("gpt2", Recipe({}, "GPT-2's recipe as nanoGPT reads it (Sec. 7.
 # "The recipe screen"); each is what the paper's text allows where it is silent.
 RECIPES.register("constant-clip", Recipe(
     {"warmup_steps": 0, "schedule": "constant"},
-    "(a) Sec. 7.1 names Adam, lr 1e-3 and decay 0.1 only: a constant lr, no warm-up (clipping kept)"))
+    "(a) Sec. 7.1 names Adam, lr 1e-3 and decay 0.1 only: a constant lr, no warm-up (clipping kept)", ("a",)))
 RECIPES.register("warmup-constant", Recipe(
-    {"schedule": "constant"}, "(b) warm-up, then a constant lr (clipping kept)"))
+    {"schedule": "constant"}, "(b) warm-up, then a constant lr (clipping kept)", ("b",)))
 for n in (2048, 16_384, 65_536):
     RECIPES.register(f"train-{n}", Recipe(
         {"n_train": n},
-        f"(c) {n:,} training sequences: Sec. 9.1's '6400 steps (800 epochs), a batch size of 256' is 2,048 a epoch"))
+        f"(c) {n:,} training sequences: Sec. 9.1's '6400 steps (800 epochs), a batch size of 256' is 2,048 a epoch", ("c",)))
 RECIPES.register("torch-in-init", Recipe(
-    {"in_init": "torch"}, "(d) the input projection at PyTorch's nn.Linear default instead of N(0, 0.02)"))
+    {"in_init": "torch"}, "(d) the input projection at PyTorch's nn.Linear default instead of N(0, 0.02)", ("d",)))
 RECIPES.register("resid-sublayers", Recipe(
-    {"resid_scale": "sublayers"}, "(e) residual projections at 0.02/sqrt(residual sublayers): 1/sqrt(L) without MLPs"))
-RECIPES.register("pe-pair", Recipe({"pe": "pair"}, "(f) one positional code per input pair (App. B, Def. 3)"))
+    {"resid_scale": "sublayers"}, "(e) residual projections at 0.02/sqrt(residual sublayers): 1/sqrt(L) without MLPs", ("e",)))
+RECIPES.register("pe-pair", Recipe({"pe": "pair"}, "(f) one positional code per input pair (App. B, Def. 3)", ("f",)))
 RECIPES.register("learned-pos", Recipe(
-    {"pos_embed": "learned"}, "(f) a learned position table added, as GPT-2 has"))
-RECIPES.register("float32", Recipe({"dtype": "float32"}, "(g) float32 instead of bfloat16 autocast"))
+    {"pos_embed": "learned"}, "(f) a learned position table added, as GPT-2 has", ("f",)))
+RECIPES.register("float32", Recipe({"dtype": "float32"}, "(g) float32 instead of bfloat16 autocast", ("g",)))
 # Combinations of the choices that moved toward the paper. (d) alone holds the plateau for the
 # paper's ~450 epochs but leaves x3 and x4 unlearned at 800 (seed 1: final 0.39), with the lr
 # cosine-decayed to about half when x1 falls; (a) keeps Sec. 7.1's lr of 1e-3 to the end.
 RECIPES.register("torch-in-init-constant", Recipe(
     {"in_init": "torch", "warmup_steps": 0, "schedule": "constant"},
-    "(d) + (a): the input projection at PyTorch's default, a constant lr of 1e-3, no warm-up (clipping kept)"))
+    "(d) + (a): the input projection at PyTorch's default, a constant lr of 1e-3, no warm-up (clipping kept)", ("d", "a")))
 # (d) + (b): (d)'s warm-up, then Sec. 7.1's lr held: whether the warm-up or the decay set (d)'s pace.
 RECIPES.register("torch-in-init-warmup-constant", Recipe(
     {"in_init": "torch", "schedule": "constant"},
-    "(d) + (b): the input projection at PyTorch's default, warm-up, then a constant lr of 1e-3 (clipping kept)"))
+    "(d) + (b): the input projection at PyTorch's default, warm-up, then a constant lr of 1e-3 (clipping kept)", ("d", "b")))
 # (a) + (c): the two choices whose final loss came within 2x of the paper's 0.031 (constant-clip
 # 0.035 over four seeds, 16,384 sequences 0.062 on seed 0, seed 1 0.19 with x4 never learned),
 # each with the presets' plateau.
 RECIPES.register("constant-clip-train-16384", Recipe(
     {"warmup_steps": 0, "schedule": "constant", "n_train": 16_384},
-    "(a) + (c): a constant lr of 1e-3, no warm-up (clipping kept), 16,384 training sequences"))
+    "(a) + (c): a constant lr of 1e-3, no warm-up (clipping kept), 16,384 training sequences", ("a", "c")))
 
 
 # --- the Figure 4 grids (Sec. 7) ----------------------------------------------------------------

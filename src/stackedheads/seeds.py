@@ -141,6 +141,92 @@ def distance(summary: dict) -> dict:
     return {"value": sum(terms.values()), **terms, "at_least": p["censored"] > 0}
 
 
+# Issue 39's rule for the recipe screen: two seeds of every choice, four of one that moved the
+# plateau or the final loss 2x or more toward the paper, four of every combination of choices.
+SCREEN_SEEDS, MOVED_SEEDS = 2, 4
+
+
+def toward(value: float, base: float, paper: float) -> bool:
+    """Whether ``value`` is 2x or more closer to ``paper`` than ``base`` is, on the log scale the
+    distance takes (from 0.0027 to within 2x of 0.031 is; to 0.39, farther above it, is not)."""
+    return value > 0 and base > 0 and abs(math.log(value / paper)) <= abs(math.log(base / paper)) - math.log(2)
+
+
+def _x1_fall(row: SeedRow) -> tuple[float | None, bool]:
+    """A seed's x1 fall in epochs, the run's length where it never fell (the distance's plateau
+    term), and whether it never fell (the value is then a lower bound)."""
+    if not row.drop_epochs:
+        return None, False
+    x1 = row.drop_epochs.get("x1")
+    return (x1, False) if x1 is not None else (row.run_epochs, True)
+
+
+def screen(runs: list[RunSeeds]) -> dict | None:
+    """The recipe screen's state by issue 39's rule, or None when no sec9 run is labelled with a
+    screen recipe's name (:data:`stackedheads.presets.RECIPES` with choices) or no other sec9 run
+    is there to be the baseline.
+
+    The baseline is the first sec9 run given that is not a screen recipe (``results/sec9``, the
+    presets' recipe). A choice "moved" when its median, or any one of its seeds, puts x1's fall
+    or the final val MSE 2x or more closer to the paper's (450 epochs, 0.031) than the baseline's
+    median (:func:`toward`): one seed of two that moved may be the choice's effect, and more seeds
+    decide it. Every registered screen recipe is listed, with 0 seeds where no run of it was given.
+    """
+    from stackedheads.presets import RECIPES
+
+    sec9 = [r for r in runs if r.section == "sec9"]
+    screened = {r.label: r for r in sec9 if r.label in RECIPES and RECIPES.get(r.label).choices}
+    base = next((r for r in sec9 if r.label not in screened), None)
+    if not screened or base is None:
+        return None
+    b, paper = base.summary(), PAPER["sec9"]
+    if not b["final_val_loss"] or not b["x1_fall_epochs"]:
+        return None
+    ref = {"x1's fall": (b["x1_fall_epochs"]["median"], paper["plateau_epochs"], "{:.0f} epochs"),
+           "final val MSE": (b["final_val_loss"]["median"], paper["final_val_loss"], "{:.4f}")}
+    rows = []
+    for name in RECIPES:
+        choices = RECIPES.get(name).choices
+        if not choices:
+            continue
+        run, moved = screened.get(name), []
+        if run is not None:
+            s = run.summary()
+            x1 = s["x1_fall_epochs"]
+            values = {"x1's fall": [("median", x1 and x1["median"], bool(x1 and x1["censored"]))]
+                      + [(f"seed {r.seed}", *_x1_fall(r)) for r in run.rows],
+                      "final val MSE": [("median", s["final_val_loss"] and s["final_val_loss"]["median"], False)]
+                      + [(f"seed {r.seed}", r.final_val_loss, False) for r in run.rows]}
+            for measure, (bv, pv, fmt) in ref.items():
+                hits = [f"{who} {'>=' if ge else ''}{fmt.format(v)}" for who, v, ge in values[measure]
+                        if v is not None and toward(v, bv, pv)]
+                if hits:
+                    moved.append(f"{measure}: {', '.join(hits)}")
+        n = len(run.rows) if run is not None else 0
+        wanted = MOVED_SEEDS if len(choices) > 1 or moved else SCREEN_SEEDS
+        rows.append({"recipe": name, "choices": " + ".join(f"({c})" for c in choices), "seeds": n, "moved": moved,
+                     "why": "a combination" if len(choices) > 1 else "moved 2x toward the paper" if moved else "did not move",
+                     "wanted": wanted, "to_run": max(0, wanted - n)})
+    base_text = {m: fmt.format(bv) for m, (bv, _, fmt) in ref.items()}
+    return {"baseline": base.label, "baseline_medians": base_text, "rows": rows,
+            "to_run": sum(r["to_run"] for r in rows)}
+
+
+def screen_table(state: dict) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of :func:`screen`'s state (the console's and Markdown's)."""
+    head = ["recipe", "choice", "seeds", f"2x toward the paper (beside {state['baseline']})", "seeds wanted", "to run"]
+    return head, [[r["recipe"], r["choices"], str(r["seeds"]), "; ".join(r["moved"]) or "-",
+                   f"{r['wanted']} ({r['why']})", str(r["to_run"]) if r["to_run"] else "done"] for r in state["rows"]]
+
+
+def screen_title(state: dict) -> str:
+    m = state["baseline_medians"]
+    x1 = m["x1's fall"]
+    return (f"The recipe screen (issue 39): {SCREEN_SEEDS} seeds a choice, {MOVED_SEEDS} where x1's fall or the final "
+            f"val MSE moved 2x or more toward the paper's 450 epochs and 0.031 from {state['baseline']}'s "
+            f"{x1} and {m['final val MSE']}, {MOVED_SEEDS} a combination: {state['to_run']} seeds to run")
+
+
 def spread(values: list[float]) -> dict | None:
     """Median, min and max (None when there is nothing to summarise)."""
     return {"median": statistics.median(values), "min": min(values), "max": max(values)} if values else None
@@ -479,6 +565,13 @@ def markdown(runs: list[RunSeeds]) -> str:
     head, rows = distance_table(runs)
     if rows:
         parts.append("### Distance to Sec. 9's curriculum\n")
+        parts.append("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+        parts.extend("| " + " | ".join(r) + " |" for r in rows)
+        parts.append("")
+    state = screen(runs)
+    if state:
+        head, rows = screen_table(state)
+        parts.append(f"### {screen_title(state)}\n")
         parts.append("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
         parts.extend("| " + " | ".join(r) + " |" for r in rows)
         parts.append("")

@@ -147,7 +147,8 @@ def seeds_cmd(
     runs = seeds.collect_seeds(folders, label)
     comparison = seeds.compare(runs)  # refuses two runs under one label before anything is printed
     if as_json:
-        data = {"runs": [r.to_dict() for r in runs], "paper": seeds.PAPER, "comparison": comparison}
+        data = {"runs": [r.to_dict() for r in runs], "paper": seeds.PAPER, "comparison": comparison,
+                "screen": seeds.screen(runs)}
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return
     if as_markdown:
@@ -167,6 +168,14 @@ def seeds_cmd(
     head, rows = seeds.distance_table(runs)
     if rows:
         t = Table(title="Distance to Sec. 9's curriculum (|ln plateau/450| + |ln final/0.031| + share out of order)")
+        for h in head:
+            t.add_column(h, overflow="fold")
+        for r in rows:
+            t.add_row(*r)
+        out.print(t)
+    if state := seeds.screen(runs):
+        head, rows = seeds.screen_table(state)
+        t = Table(title=seeds.screen_title(state))
         for h in head:
             t.add_column(h, overflow="fold")
         for r in rows:
