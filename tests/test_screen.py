@@ -37,6 +37,27 @@ def test_each_initialisation_choice_changes_only_its_own_parameters():
         assert {k for k in other if k not in base or not torch.equal(other[k], base[k])} == own, change
 
 
+def test_transformer_lens_init_is_the_same_draws_at_one_std():
+    base_cfg = presets.get("sec9-smoke").model_config()
+    cfg = ModelConfig(**{**base_cfg.to_dict(), "weight_init": "transformer-lens", "pos_embed": "learned"})
+    std = 0.8 / math.sqrt(cfg.d_model)  # HookedTransformerConfig's initializer_range when unset
+    base = _params(ModelConfig(**{**base_cfg.to_dict(), "pos_embed": "learned"}))
+    tl = _params(cfg)
+    sublayers = 2 * cfg.n_layers  # GPT-2's residual projections: 0.02 / sqrt(2 n_layers)
+    for name, p in tl.items():
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf.startswith("b_") or name.endswith(("ln1.weight", "ln2.weight", "ln_f.weight", "bias")):
+            assert torch.equal(p, base[name]), name  # biases 0, gains 1: as GPT-2's
+            continue
+        gpt2_std = INIT_STD / math.sqrt(sublayers) if leaf in ("W_O", "W_down") else INIT_STD
+        torch.testing.assert_close(p, base[name] * (std / gpt2_std), rtol=1e-5, atol=1e-7, msg=name)
+    big = _params(ModelConfig(**{**SEC9.model_config().to_dict(), "weight_init": "transformer-lens", "n_layers": 2}), seeds=(0,))
+    for name in ("W_in", "blocks.0.attn.W_qkv", "blocks.1.attn.W_O", "W_readout"):
+        assert big[name].std().item() == pytest.approx(0.8 / math.sqrt(512), rel=0.1), name
+    with pytest.raises(UsageError, match="resid_scale scales GPT-2's init"):
+        ModelConfig(**{**base_cfg.to_dict(), "weight_init": "transformer-lens", "resid_scale": "sublayers"})
+
+
 def test_torch_init_is_nn_linears_default():
     cfg = ModelConfig(**{**SEC9.model_config().to_dict(), "in_init": "torch", "n_layers": 1})
     p = _params(cfg, seeds=(3,))
@@ -116,8 +137,8 @@ def test_every_recipe_changes_what_it_names_and_nothing_else():
         cfg = presets.get("sec9", name)
         for k, v in changes.items():
             owner = {"n_train": "task", "pe": "task", "in_init": "model", "resid_scale": "model", "pos_embed": "model",
-                     "dtype": None}.get(k, "optim")
-            assert (cfg.to_dict()[owner] if owner else cfg.to_dict())[k] == v
+                     "weight_init": "model", "dtype": None}.get(k, "optim")
+            assert (cfg.to_dict()[owner] if owner else cfg.to_dict())[k] == (list(v) if isinstance(v, tuple) else v)
         diff = {(part, k) for part in ("task", "model", "optim") for k, v in cfg.to_dict()[part].items() if base[part][k] != v}
         diff |= {("", k) for k, v in cfg.to_dict().items() if not isinstance(v, dict) and base[k] != v}
         assert {k for _, k in diff} <= set(changes), name

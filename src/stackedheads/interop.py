@@ -51,7 +51,7 @@ INSTALL = "pip install 'stackedheads[interop]'"
 # ModelConfig's fields this module maps; a field added later is refused by name until it is mapped
 # here (a silent mismatch would make the "equal" model compute something else).
 MAPPED_FIELDS = {"d_in", "d_out", "n_queries", "n_layers", "n_heads", "d_model", "d_head", "mlp", "n_ctx",
-                 "pos_embed", "in_init", "resid_scale"}  # the last two: initialisation only
+                 "pos_embed", "in_init", "resid_scale", "weight_init"}  # the last three: initialisation only
 GELU_TANH = ("gelu_pytorch_tanh", "gelu_new")  # ours is F.gelu(approximate="tanh"); gelu_new is that formula
 DEFAULT_N_CTX = 1024  # TL needs some n_ctx; only a learned position table reads it (ours sets it then)
 

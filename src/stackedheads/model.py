@@ -54,7 +54,11 @@ HookFn = Callable[..., Tensor | None]
 INIT_STD = 0.02  # GPT-2's normal init (Radford et al., 2019; as in nanoGPT)
 # The choices Sec. 7.1 leaves open about the architecture's start (issue 39's screen); the
 # first of each is what every preset uses.
-CHOICES = {"in_init": ("gpt2", "torch"), "resid_scale": ("blocks", "sublayers"), "pos_embed": ("none", "learned")}
+CHOICES = {"in_init": ("gpt2", "torch"), "resid_scale": ("blocks", "sublayers"), "pos_embed": ("none", "learned"),
+           "weight_init": ("gpt2", "transformer-lens")}
+# TransformerLens's init_mode "gpt2" when initializer_range is unset: every weight matrix
+# N(0, 0.8 / sqrt(d_model)), no residual scaling (HookedTransformerConfig; issue 39's choice (h)).
+TL_INIT_GAIN = 0.8
 LN_EPS = 1e-5
 
 
@@ -109,6 +113,11 @@ class ModelConfig:
         "\"none\" (None; positions only inside the inputs, Sec. 6) or \"learned\" (GPT-2's position "
         "table, N(0, 0.02), added after the input projection)."
     )})
+    weight_init: str | None = field(default=None, metadata={"help": (
+        "\"gpt2\" (None; nanoGPT's N(0, 0.02), the residual projections scaled by resid_scale) or "
+        "\"transformer-lens\" (TransformerLens's default: every weight matrix, the input projection and a "
+        "position table included, N(0, 0.8/sqrt(d_model)), none scaled; 0.035 at d_model 512)."
+    )})
 
     def __post_init__(self) -> None:
         for name in ("d_in", "d_out", "n_queries", "n_layers", "n_heads", "d_model"):
@@ -133,6 +142,9 @@ class ModelConfig:
                                  fields=(name,))
             if getattr(self, name) == allowed[0]:  # the first choice named is the unset one: one setting, one spelling
                 object.__setattr__(self, name, None)
+        if self.weight_init and self.resid_scale:
+            raise UsageError("resid_scale scales GPT-2's init; TransformerLens's scales no residual projection",
+                             fields=("weight_init", "resid_scale"))
         if not _is_int(self.n_ctx) or self.n_ctx < 0:
             raise UsageError(f"ModelConfig.n_ctx must be an integer >= 0, got {self.n_ctx!r}")
 
@@ -443,10 +455,14 @@ class EnsembleTransformer(nn.Module):
         screen's choices add (a position table, the input projection's PyTorch default) is
         drawn from a generator of its own (:func:`_choice_generator`), so every other weight is
         the preset's, draw for draw, and choices combine without moving each other's draws.
+        ``weight_init="transformer-lens"`` keeps every draw and scales it to TransformerLens's
+        one std, 0.8/sqrt(d_model), residual projections included.
         """
         cfg = self.config
         sublayers = cfg.n_layers * (1 if cfg.resid_scale == "sublayers" and not cfg.mlp else 2)
-        residual_std = INIT_STD / math.sqrt(sublayers)
+        # TransformerLens's: the same draws, scaled to one std for every weight
+        std = INIT_STD if cfg.weight_init is None else TL_INIT_GAIN / math.sqrt(cfg.d_model)
+        residual_std = std / math.sqrt(sublayers) if cfg.weight_init is None else std
         bound = 1.0 / math.sqrt(cfg.d_in)  # nn.Linear: kaiming_uniform(a=sqrt(5)) and its bias
         for e, seed in enumerate(self.seeds):
             gen = torch.Generator().manual_seed(seed)
@@ -459,12 +475,12 @@ class EnsembleTransformer(nn.Module):
                 elif leaf.startswith("b_") or leaf == "bias":
                     value = torch.zeros(p.shape[1:])
                 else:
-                    std = residual_std if leaf in ("W_O", "W_down") else INIT_STD
-                    value = torch.empty(p.shape[1:]).normal_(0.0, std, generator=gen)
+                    value = torch.empty(p.shape[1:]).normal_(0.0, residual_std if leaf in ("W_O", "W_down") else std,
+                                                             generator=gen)
                 p[e].copy_(value)
             if self.W_pos is not None:
                 g = _choice_generator(seed, "pos_embed")
-                self.W_pos[e].copy_(torch.empty(self.W_pos.shape[1:]).normal_(0.0, INIT_STD, generator=g))
+                self.W_pos[e].copy_(torch.empty(self.W_pos.shape[1:]).normal_(0.0, std, generator=g))
             if cfg.in_init == "torch":
                 g = _choice_generator(seed, "in_init")
                 self.W_in[e].copy_(torch.empty(self.W_in.shape[1:]).uniform_(-bound, bound, generator=g))

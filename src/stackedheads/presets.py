@@ -148,6 +148,20 @@ RECIPES.register("pe-pair", Recipe({"pe": "pair"}, "(f) one positional code per 
 RECIPES.register("learned-pos", Recipe(
     {"pos_embed": "learned"}, "(f) a learned position table added, as GPT-2 has", ("f",)))
 RECIPES.register("float32", Recipe({"dtype": "float32"}, "(g) float32 instead of bfloat16 autocast", ("g",)))
+# (h) TransformerLens's initialisation. Sec. 9.1's head size 16 beside d_model 512 and one head is a
+# HookedTransformerConfig's free d_head (GPT-2's is d_model / n_heads), and TransformerLens's train
+# loop ends each epoch after max_steps steps, which reads "6400 steps (800 epochs)" with 262k
+# sequences as 800 epochs of 8 shuffled batches: the stack the paper's numbers fit.
+RECIPES.register("tl-init", Recipe(
+    {"weight_init": "transformer-lens"},
+    "(h) TransformerLens's init: every weight matrix N(0, 0.8/sqrt(d_model)), no residual scaling", ("h",)))
+# (h) + (i): that stack whole, its train loop's optimiser as Sec. 7.1 names it and nothing more
+# (HookedTransformerTrainConfig: AdamW on model.parameters(), warmup_steps 0, no scheduler, no
+# max_grad_norm).
+RECIPES.register("transformer-lens", Recipe(
+    {"weight_init": "transformer-lens", "warmup_steps": 0, "schedule": "constant", "grad_clip": 0.0, "decay_exempt": ()},
+    "(h) + (i): TransformerLens's init and train loop: AdamW, lr 1e-3, weight decay 0.1 on every parameter, "
+    "no warm-up, no schedule, no clipping", ("h", "i")))
 # Combinations of the choices that moved toward the paper. (d) alone holds the plateau for the
 # paper's ~450 epochs but leaves x3 and x4 unlearned at 800 (seed 1: final 0.39), with the lr
 # cosine-decayed to about half when x1 falls; (a) keeps Sec. 7.1's lr of 1e-3 to the end.

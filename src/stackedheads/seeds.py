@@ -237,7 +237,8 @@ def recipe_text(recipe: dict) -> str:
 
 
 RECIPE_KEYS = ("steps", "batch_size", "lr", "warmup_steps", "schedule", "min_lr_ratio", "grad_clip",
-               "weight_decay", "decay_exempt", "dtype", "device", "n_train", "pe", "in_init", "resid_scale", "pos_embed")
+               "weight_decay", "decay_exempt", "dtype", "device", "n_train", "pe", "in_init", "resid_scale", "pos_embed",
+               "weight_init")
 
 
 def recipe_of(config: dict, devices: list[str] | None = None) -> dict:
