@@ -119,7 +119,7 @@ def get(name: str, recipe: str | None = None) -> TrainConfig:
 class Recipe:
     """A named change to a preset's recipe: ``changes`` are :meth:`TrainConfig.override`'s
     fields, ``why`` the reading of the paper it stands for, ``choices`` the screen's letters it
-    makes (issue 39's (a)-(g); two or more for a combination, none for the presets' own)."""
+    makes (issue 39's (a)-(i); two or more for a combination, none for the presets' own)."""
 
     changes: dict
     why: str
