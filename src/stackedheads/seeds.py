@@ -552,30 +552,26 @@ def comparison_lines(rows: list[dict]) -> list[str]:
             + f" (paper: {r['paper']}): " + (f"{r['closer']} is closer" if r["closer"] else "a tie") for r in rows]
 
 
+def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |\n|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in rows), ""]
+
+
 def markdown(runs: list[RunSeeds]) -> str:
     """Every run's per-seed table and distribution, then the comparison, as Markdown."""
     parts = []
     for run in runs:
-        head, rows = seed_table(run)
         parts.append(f"### {run.label} ({run.section}; {recipe_text(run.recipe)})\n")
-        parts.append("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
-        parts.extend("| " + " | ".join(r) + " |" for r in rows)
-        parts.append("")
+        parts.extend(_md_table(*seed_table(run)))
         parts.extend(f"- {line}" for line in distribution_lines(run))
         parts.append("")
     head, rows = distance_table(runs)
     if rows:
         parts.append("### Distance to Sec. 9's curriculum\n")
-        parts.append("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
-        parts.extend("| " + " | ".join(r) + " |" for r in rows)
-        parts.append("")
+        parts.extend(_md_table(head, rows))
     state = screen(runs)
     if state:
-        head, rows = screen_table(state)
         parts.append(f"### {screen_title(state)}\n")
-        parts.append("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
-        parts.extend("| " + " | ".join(r) + " |" for r in rows)
-        parts.append("")
+        parts.extend(_md_table(*screen_table(state)))
     cmp = comparison_lines(compare(runs))
     if cmp:
         parts.append("### Side by side\n")

@@ -155,32 +155,24 @@ def seeds_cmd(
         sys.stdout.write(seeds.markdown(runs))
         return
     out = Console()
-    for run in runs:
-        head, rows = seeds.seed_table(run)
-        t = Table(title=f"{run.label}: {run.section}, {seeds.recipe_text(run.recipe)}")
+
+    def table(title: str, head: list[str], rows: list[list[str]]) -> None:
+        t = Table(title=title)
         for h in head:
             t.add_column(h, overflow="fold")
         for r in rows:
             t.add_row(*r)
         out.print(t)
+
+    for run in runs:
+        table(f"{run.label}: {run.section}, {seeds.recipe_text(run.recipe)}", *seeds.seed_table(run))
         for line in seeds.distribution_lines(run):
             out.print(f"  {line}", highlight=False)
     head, rows = seeds.distance_table(runs)
     if rows:
-        t = Table(title="Distance to Sec. 9's curriculum (|ln plateau/450| + |ln final/0.031| + share out of order)")
-        for h in head:
-            t.add_column(h, overflow="fold")
-        for r in rows:
-            t.add_row(*r)
-        out.print(t)
+        table("Distance to Sec. 9's curriculum (|ln plateau/450| + |ln final/0.031| + share out of order)", head, rows)
     if state := seeds.screen(runs):
-        head, rows = seeds.screen_table(state)
-        t = Table(title=seeds.screen_title(state))
-        for h in head:
-            t.add_column(h, overflow="fold")
-        for r in rows:
-            t.add_row(*r)
-        out.print(t)
+        table(seeds.screen_title(state), *seeds.screen_table(state))
     for line in seeds.comparison_lines(comparison):
         out.print(line, highlight=False)
 
