@@ -111,6 +111,49 @@ def test_killed_process_resumes_exactly(tmp_path):
     assert metric_rows(killed) == metric_rows(full)
 
 
+def _tensor_names(path):
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        return set(f.keys()), f.metadata()
+
+
+def test_kept_checkpoints_keep_the_optimiser_state_in_the_newest_two_only(tmp_path, capsys):
+    """Older kept checkpoints hold the weights alone (what emergence reads); the newest two the
+    AdamW state too, so a damaged newest one still resumes exactly."""
+    cfg = SMOKE.override(steps=40, ckpt_every=8, keep_checkpoints=True)
+    full = tmp_path / "full"
+    train(cfg, full)
+    ckpts = list_checkpoints(full)
+    assert [s for s, _ in ckpts] == [0, 8, 16, 24, 32, 40]
+    for step, path in ckpts:
+        names, meta = _tensor_names(path)
+        has_optim = any(n.startswith("optim.") for n in names)
+        assert has_optim == (step >= 32) and ("weights_only" in meta) == (step < 32)
+        assert any(n.startswith("model.") for n in names)
+    # A slimmed checkpoint loads as the same weights it was written with.
+    cut = tmp_path / "cut"
+    train(cfg, cut, stop_after=16)
+    whole, _, _ = load_model(dict(list_checkpoints(cut))[16])
+    slim, _, step = load_model(dict(ckpts)[16])
+    assert step == 16 and all(torch.equal(a, b) for a, b in zip(whole.state_dict().values(), slim.state_dict().values()))
+    # The newest damaged: resumed from its predecessor, which kept the optimiser's state.
+    broken = tmp_path / "broken"
+    train(cfg.override(steps=40), broken, stop_after=32)
+    newest = dict(list_checkpoints(broken))[32]
+    newest.write_bytes(newest.read_bytes()[:-7])
+    train(cfg, broken)
+    assert "resuming from an earlier checkpoint" in capsys.readouterr().err
+    assert metric_rows(broken) == metric_rows(full)
+    # Nothing left to resume from but weights: trained again from step 0, to the same numbers.
+    for step in (32, 40):
+        dict(list_checkpoints(broken))[step].unlink()
+    (broken / "summary.json").unlink()
+    train(cfg, broken)
+    assert "training again from step 0" in capsys.readouterr().err
+    assert metric_rows(broken) == metric_rows(full)
+
+
 def test_member_of_ensemble_trains_like_a_model_alone(tmp_path):
     cfg = SMOKE.override(seeds=(3, 5), steps=20, ckpt_every=20)
     train(cfg, tmp_path / "pair")

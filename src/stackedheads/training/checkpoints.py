@@ -1,6 +1,9 @@
 """Checkpoints: ``checkpoints/step_XXXXXX.safetensors`` holds the model, the AdamW state and a
 header (step, config, SHA-256 of the tensors and of the header), checked on load; a damaged
-newest checkpoint falls back to the one before. Written on a background thread."""
+newest checkpoint falls back to the one before. Written on a background thread. A run that keeps
+its checkpoints (Sec. 9's emergence reads every one) keeps the AdamW state in the newest two
+only, which resuming needs: older ones are rewritten with the weights alone, a third of the
+bytes."""
 
 from __future__ import annotations
 
@@ -127,7 +130,11 @@ class CheckpointWriter:
 
 def write_checkpoint(path: Path, tensors: dict[str, torch.Tensor], step: int, cfg: TrainConfig) -> None:
     """``tensors`` (host copies) to ``path`` with the header: step, config and checksums."""
-    meta = {"step": str(step), "config": json.dumps(cfg.to_dict()), "sha256": _digest(tensors)}
+    _write(path, tensors, {"step": str(step), "config": json.dumps(cfg.to_dict())})
+
+
+def _write(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, str]) -> None:
+    meta = {**meta, "sha256": _digest(tensors)}
     meta["header_sha256"] = _header_digest(meta)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -140,9 +147,39 @@ def write_checkpoint(path: Path, tensors: dict[str, torch.Tensor], step: int, cf
 
 
 def _header_digest(meta: dict[str, str]) -> str:
-    """SHA-256 of the header's step, config and tensor checksum: a flipped bit in the config
-    could otherwise describe the same weights as another architecture."""
-    return hashlib.sha256("\n".join(meta[k] for k in ("step", "config", "sha256")).encode()).hexdigest()
+    """SHA-256 of the header's step, config, tensor checksum (and weights-only mark, where there
+    is one): a flipped bit in the config could otherwise describe the same weights as another
+    architecture."""
+    keys = ("step", "config", "sha256") + (("weights_only",) if "weights_only" in meta else ())
+    return hashlib.sha256("\n".join(meta[k] for k in keys).encode()).hexdigest()
+
+
+def _header(path: Path) -> dict[str, str] | None:
+    """A checkpoint's header without its tensors; None where it cannot be read."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), "pt") as f:
+            return f.metadata() or {}
+    except Exception:  # safetensors raises several types for a torn or foreign file
+        return None
+
+
+def slim_older_checkpoints(run_dir: Path) -> None:
+    """Rewrite every checkpoint but the newest two with its weights alone (atomically, as it was
+    written). Resuming needs the AdamW state of the newest sound one, and a damaged newest falls
+    back to its predecessor; analysis reads weights only. One that cannot be read is left as it
+    is: resuming or analysis says so where it is read."""
+    for step, path in list_checkpoints(run_dir)[:-2]:
+        meta = _header(path)
+        if meta is None or "weights_only" in meta:
+            continue
+        try:
+            tensors, meta = read_checkpoint(path)
+        except UsageError:
+            continue
+        weights = {k: v for k, v in tensors.items() if k.startswith("model.")}
+        _write(path, weights, {"step": meta["step"], "config": meta["config"], "weights_only": "1"})
 
 
 def _os_error(e: Exception, path: Path) -> OSError:
@@ -210,14 +247,8 @@ def _check_belongs(path: Path, meta: dict[str, str]) -> None:
 
 def _refuse_foreign(path: Path) -> None:
     """:class:`ForeignCheckpoint` for a checkpoint of another run, from its header alone."""
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(path), "pt") as f:
-            meta = f.metadata() or {}
-    except Exception:  # damaged: not resumed from either way
-        return
-    if "step" in meta and "config" in meta:
+    meta = _header(path)
+    if meta and "step" in meta and "config" in meta:  # a damaged one is not resumed from either way
         _check_belongs(Path(path), meta)
 
 
@@ -257,17 +288,25 @@ def resume_point(run_dir: Path, device: str, model: EnsembleTransformer, opt: to
         ckpts = [c for c in ckpts if c[0] <= at_most]
         if not ckpts:
             return 0
+    weights_only = False
     for step, path in reversed(ckpts):
         try:
-            tensors, _ = read_checkpoint(path, device)
+            tensors, meta = read_checkpoint(path, device)
         except ForeignCheckpoint:
             raise
         except UsageError as e:
             print(f"warning: {e}; resuming from an earlier checkpoint", file=sys.stderr)
             path.replace(path.with_suffix(".damaged"))
             continue
+        if "weights_only" in meta:  # so are all before it: no AdamW state to go on from
+            weights_only = True
+            break
         _restore(tensors, model, opt)
         return step
+    if weights_only:
+        print(f"warning: {run_dir}: no checkpoint left to resume from keeps the optimiser's state; "
+              "training again from step 0", file=sys.stderr)
+        return 0
     if ckpts:
         raise UsageError(f"{run_dir}: no checkpoint verifies; delete the folder to start over")
     return 0

@@ -31,6 +31,7 @@ from stackedheads.training.checkpoints import (
     list_checkpoints,
     resume_point,
     save_checkpoint,
+    slim_older_checkpoints,
 )
 from stackedheads.training.config import DTYPES, TrainConfig, check_device
 from stackedheads.training.data import member_batches, validation_batch
@@ -177,9 +178,12 @@ def _train_steps(cfg: TrainConfig, run_dir: Path, dev: torch.device, progress, s
                 mf.flush()
             if save_now:
                 mf.flush()  # metrics up to here are on disk before the checkpoint that covers them
-                # Without kept checkpoints, keep the last two: a damaged newest one falls back to
-                # its predecessor.
-                prune = None if cfg.keep_checkpoints else lambda: [p.unlink() for _, p in list_checkpoints(run_dir)[:-2]]
+                # Keep the last two whole: a damaged newest one falls back to its predecessor.
+                # Older kept ones lose their AdamW state (analysis reads weights only).
+                if cfg.keep_checkpoints:
+                    prune = lambda: slim_older_checkpoints(run_dir)  # noqa: E731
+                else:
+                    prune = lambda: [p.unlink() for _, p in list_checkpoints(run_dir)[:-2]]  # noqa: E731
                 ckpt.save(checkpoint_path(run_dir, done), model, opt, done, cfg, then=prune)
             if progress:
                 progress(done, cfg.steps)
