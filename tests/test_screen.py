@@ -324,7 +324,7 @@ def test_the_screen_wants_four_seeds_where_a_choice_moved_and_of_every_combinati
     assert (rows["learned-pos"]["seeds"], rows["learned-pos"]["to_run"]) == (0, 2)
     assert state["to_run"] == sum(r["to_run"] for r in state["rows"])
     head, table = seeds.screen_table(state)
-    assert table[[r[0] for r in table].index("pe-pair")][-1] == "done"
+    assert table[[r[0] for r in table].index("pe-pair")][head.index("to run")] == "done"
     # No baseline, or no run named as a screen recipe: no screen to state.
     assert seeds.screen(runs[1:]) is None and seeds.screen(seeds.collect_seeds([base, f], ["sec9", "other"])) is None
     r = cli("seeds", base, a, "--label", "sec9", "--label", "constant-clip", "--markdown")
@@ -333,6 +333,47 @@ def test_the_screen_wants_four_seeds_where_a_choice_moved_and_of_every_combinati
     assert json.loads(r.out)["screen"]["rows"][0]["recipe"] == "constant-clip"
     r = cli("seeds", base, a, "--label", "sec9", "--label", "constant-clip")
     assert r.code == 0 and "The recipe screen" in r.out
+
+
+def test_a_finished_choice_is_ruled_out_nearer_or_a_reproduction_and_the_closest_is_named(tmp_path, cli):
+    early, paper = [400, 800, 880, 1040], [3600, 4000, 4400, 4800]  # x1 at 50 and at 450 epochs
+    two = lambda falls: {0: falls, 1: falls}  # noqa: E731
+    base = _screen_folder(tmp_path / "base", two(early), final=0.0027)  # distance ln 9 + ln(0.031/0.0027)
+    folders = {
+        "learned-pos": _screen_folder(tmp_path / "lp", two([320, 640, 720, 800]), final=0.001),  # farther
+        "pe-pair": _screen_folder(tmp_path / "pp", two([480, 800, 880, 1040]), final=0.0031),  # 0.24 nearer
+        "tl-init": _screen_folder(tmp_path / "tl", dict.fromkeys(range(4), paper), final=0.031),  # the paper: it moved, four
+        # a combination, four seeds: x1 at 160 epochs, 0.02 at the end, one seed's x3 and x4 tie
+        "transformer-lens": _screen_folder(tmp_path / "tf", {0: [1280] + paper[1:], 1: [1280] + paper[1:],
+                                                             2: [1280] + paper[1:], 3: [1280, 4000, 4400, 4400]}, final=0.02),
+        # x1 never falls on seed 1: the distance is a lower bound, far below the baseline's
+        "train-65536": _screen_folder(tmp_path / "t65", {0: paper, 1: [None] * 4, 2: paper, 3: paper}, final=0.031),
+        "warmup-constant": _screen_folder(tmp_path / "wc", {0: paper}, final=0.031),  # one seed of two
+    }
+    runs = seeds.collect_seeds([base, *folders.values()], ["sec9", *folders])
+    state = seeds.screen(runs)
+    b = state["baseline_distance"]
+    assert b == pytest.approx(math.log(9) + math.log(0.031 / 0.0027))
+    verdict = {r["recipe"]: r["verdict"] for r in state["rows"]}
+    d = {r.label: r.summary()["distance"]["value"] for r in runs}
+    assert verdict["learned-pos"] == f"ruled out: distance {d['learned-pos']:.2f}, {d['learned-pos'] - b:.2f} farther than sec9's {b:.2f}"
+    assert verdict["pe-pair"].startswith(f"ruled out: distance {d['pe-pair']:.2f}, {b - d['pe-pair']:.2f} nearer")
+    assert verdict["pe-pair"].endswith("less than the 0.69 of a 2x move")
+    assert verdict["tl-init"] == "reproduces: distance 0.00 (x1's fall and final val MSE within 2x, every seed in order)"
+    tf = d["transformer-lens"]
+    assert tf == pytest.approx(math.log(450 / 160) + math.log(0.031 / 0.02) + 0.25)
+    assert verdict["transformer-lens"] == (f"nearer: distance {tf:.2f}, {b - tf:.2f} less than sec9's {b:.2f}; not the paper: "
+                                           "x1's fall 2.8x off the paper's, 25% of seeds' losses out of chain order")
+    assert verdict["train-65536"].startswith("undecided: distance at least")
+    assert verdict["warmup-constant"] == "open: 3 more seeds"  # it moved 2x: four wanted
+    assert verdict["float32"] == "open: 2 more seeds"
+    # The nearest finished recipe is named; so far, while seeds are still wanted.
+    assert state["closest"] == "tl-init"
+    assert seeds.closest_line(state).startswith(f"Closest recipe: tl-init (the closest so far: the screen still wants {state['to_run']} seeds)")
+    r = cli("seeds", base, folders["tl-init"], "--label", "sec9", "--label", "tl-init", "--markdown")
+    assert r.code == 0 and "| verdict |" in r.out and "Closest recipe: tl-init" in r.out
+    r = cli("seeds", base, folders["learned-pos"], "--label", "sec9", "--label", "learned-pos")
+    assert r.code == 0 and "Closest recipe: learned-pos" in r.out
 
 
 def test_a_result_in_pieces_publishes_into_a_group_the_report_reads(pieces, tmp_path, cli):

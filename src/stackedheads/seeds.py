@@ -204,19 +204,83 @@ def screen(runs: list[RunSeeds]) -> dict | None:
                     moved.append(f"{measure}: {', '.join(hits)}")
         n = len(run.rows) if run is not None else 0
         wanted = MOVED_SEEDS if len(choices) > 1 or moved else SCREEN_SEEDS
-        rows.append({"recipe": name, "choices": " + ".join(f"({c})" for c in choices), "seeds": n, "moved": moved,
-                     "why": "a combination" if len(choices) > 1 else "moved 2x toward the paper" if moved else "did not move",
-                     "wanted": wanted, "to_run": max(0, wanted - n)})
+        d = run.summary()["distance"] if run is not None else {"value": None, "missing": ["seeds"]}
+        row = {"recipe": name, "choices": " + ".join(f"({c})" for c in choices), "seeds": n, "moved": moved,
+               "why": "a combination" if len(choices) > 1 else "moved 2x toward the paper" if moved else "did not move",
+               "wanted": wanted, "to_run": max(0, wanted - n), "distance": d}
+        row["verdict"] = _verdict(row, base.label, b["distance"])
+        rows.append(row)
     base_text = {m: fmt.format(bv) for m, (bv, _, fmt) in ref.items()}
-    return {"baseline": base.label, "baseline_medians": base_text, "rows": rows,
-            "to_run": sum(r["to_run"] for r in rows)}
+    state = {"baseline": base.label, "baseline_medians": base_text, "baseline_distance": b["distance"]["value"],
+             "rows": rows, "to_run": sum(r["to_run"] for r in rows)}
+    measured = [r for r in rows if not r["to_run"] and r["distance"]["value"] is not None]
+    state["closest"] = min(measured, key=lambda r: r["distance"]["value"])["recipe"] if measured else None
+    return state
+
+
+# A recipe reproduces Sec. 9's curriculum, on the distance's own terms, when the medians of its
+# x1 fall and final val MSE are within 2x of the paper's and every seed's losses fall in order.
+WITHIN = math.log(2)
+
+
+def _shortfalls(d: dict) -> list[str]:
+    """The distance's terms that keep a run from the paper, each with its factor or share."""
+    out = [f"{name} {math.exp(d[term]):.1f}x off the paper's" for term, name in (("plateau", "x1's fall"), ("final", "final val MSE"))
+           if d[term] > WITHIN]
+    if d["order"] > 0:
+        out.append(f"{d['order']:.0%} of seeds' losses out of chain order")
+    return out
+
+
+def _verdict(row: dict, baseline: str, base: dict) -> str:
+    """What the screen says of one recipe once its seeds are in: ruled out (farther from the
+    paper than the baseline, or nearer by less than ln 2, what one term moving 2x gives: by how
+    much), nearer but not the paper (what is still off), or a reproduction (:data:`WITHIN`);
+    before that, what is missing."""
+    d = row["distance"]
+    if row["to_run"]:
+        return f"open: {row['to_run']} more seed{'s' * (row['to_run'] > 1)}"
+    if d["value"] is None:
+        return f"not measured ({', '.join(d['missing'])} missing)"
+    if base["value"] is None:
+        return f"distance {d['value']:.2f}; {baseline}'s not measured"
+    # A seed that never left the plateau makes the distance a lower bound: farther is decided, nearer
+    # only up to what the bound allows.
+    ge, gain = ">=" if d["at_least"] else "", base["value"] - d["value"]
+    if gain <= 0:
+        return (f"ruled out: distance {ge}{d['value']:.2f}, {'at least ' * d['at_least']}{-gain:.2f} farther than "
+                f"{baseline}'s {base['value']:.2f}")
+    if gain < WITHIN:
+        return (f"ruled out: distance {ge}{d['value']:.2f}, {'at most ' * d['at_least']}{gain:.2f} nearer than "
+                f"{baseline}'s {base['value']:.2f}, less than the {WITHIN:.2f} of a 2x move")
+    if d["at_least"]:
+        return (f"undecided: distance at least {d['value']:.2f} against {baseline}'s {base['value']:.2f}; "
+                "a seed never left the plateau, so its x1 fall is a lower bound")
+    off = _shortfalls(d)
+    if not off:
+        return f"reproduces: distance {d['value']:.2f} (x1's fall and final val MSE within 2x, every seed in order)"
+    return (f"nearer: distance {d['value']:.2f}, {base['value'] - d['value']:.2f} less than {baseline}'s "
+            f"{base['value']:.2f}; not the paper: {', '.join(off)}")
+
+
+def closest_line(state: dict) -> str | None:
+    """The recipe the screen names (the finished one nearest the paper), or the nearest so far."""
+    name = state["closest"]
+    if name is None:
+        return None
+    row = next(r for r in state["rows"] if r["recipe"] == name)
+    when = ("the screen is finished" if not state["to_run"]
+            else f"the closest so far: the screen still wants {state['to_run']} seeds")
+    return f"Closest recipe: {name} ({when}); {row['verdict']}"
 
 
 def screen_table(state: dict) -> tuple[list[str], list[list[str]]]:
     """Header and rows of :func:`screen`'s state (the console's and Markdown's)."""
-    head = ["recipe", "choice", "seeds", f"2x toward the paper (beside {state['baseline']})", "seeds wanted", "to run"]
+    head = ["recipe", "choice", "seeds", f"2x toward the paper (beside {state['baseline']})", "seeds wanted", "to run",
+            "verdict"]
     return head, [[r["recipe"], r["choices"], str(r["seeds"]), "; ".join(r["moved"]) or "-",
-                   f"{r['wanted']} ({r['why']})", str(r["to_run"]) if r["to_run"] else "done"] for r in state["rows"]]
+                   f"{r['wanted']} ({r['why']})", str(r["to_run"]) if r["to_run"] else "done", r["verdict"]]
+                  for r in state["rows"]]
 
 
 def screen_title(state: dict) -> str:
@@ -572,6 +636,8 @@ def markdown(runs: list[RunSeeds]) -> str:
     if state:
         parts.append(f"### {screen_title(state)}\n")
         parts.extend(_md_table(*screen_table(state)))
+        if line := closest_line(state):
+            parts.extend([line, ""])
     cmp = comparison_lines(compare(runs))
     if cmp:
         parts.append("### Side by side\n")

@@ -173,6 +173,8 @@ def seeds_cmd(
         table("Distance to Sec. 9's curriculum (|ln plateau/450| + |ln final/0.031| + share out of order)", head, rows)
     if state := seeds.screen(runs):
         table(seeds.screen_title(state), *seeds.screen_table(state))
+        if line := seeds.closest_line(state):
+            out.print(line, highlight=False)
     for line in seeds.comparison_lines(comparison):
         out.print(line, highlight=False)
 
