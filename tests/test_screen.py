@@ -369,6 +369,8 @@ def test_a_finished_choice_is_ruled_out_nearer_or_a_reproduction_and_the_closest
     assert verdict["float32"] == "open: 2 more seeds"
     # The nearest finished recipe is named; so far, while seeds are still wanted.
     assert state["closest"] == "tl-init"
+    # train-65536's distance (0.25 at least) is a bound: it names nothing
+    assert seeds.screen([r for r in runs if r.label != "tl-init"])["closest"] == "transformer-lens"
     assert seeds.closest_line(state).startswith(f"Closest recipe: tl-init (the closest so far: the screen still wants {state['to_run']} seeds)")
     r = cli("seeds", base, folders["tl-init"], "--label", "sec9", "--label", "tl-init", "--markdown")
     assert r.code == 0 and "| verdict |" in r.out and "Closest recipe: tl-init" in r.out
