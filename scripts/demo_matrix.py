@@ -97,8 +97,14 @@ def parse_cells(text: str | None) -> list[tuple[str, int]]:
 
 def fingerprint(preset: dict) -> str:
     """A reproduce preset's settings (its config.json "preset") in 16 hex digits: a preset
-    changed under the same name gives another."""
-    return hashlib.sha256(json.dumps(preset, sort_keys=True).encode()).hexdigest()[:16]
+    changed under the same name gives another. A setting at None is left out: a setting added
+    later with its None default is the same setting as its absence (the rule a run folder resumes
+    by, ``storage.RunFolder.require_same``), so records made before it was added still join."""
+    def set_only(v):
+        if isinstance(v, dict):
+            return {k: set_only(x) for k, x in v.items() if x is not None}
+        return [set_only(x) for x in v] if isinstance(v, list) else v
+    return hashlib.sha256(json.dumps(set_only(preset), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def current_fingerprint(preset: str) -> str:

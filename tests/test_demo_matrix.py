@@ -123,6 +123,9 @@ def test_a_record_of_the_preset_before_a_change_is_refused(tmp_path):
 
     ran = json.loads(json.dumps(asdict(presets.REPRODUCE.get("quick"))))
     assert demo_matrix.fingerprint(ran) == demo_matrix.current_fingerprint("quick")
+    # A setting added since, at its None default, is the same settings; set, it is not.
+    assert demo_matrix.fingerprint({**ran, "emergence": {**ran["emergence"], "new_knob": None}}) == demo_matrix.current_fingerprint("quick")
+    assert demo_matrix.fingerprint({**ran, "emergence": {**ran["emergence"], "new_knob": 1}}) != demo_matrix.current_fingerprint("quick")
     ran["figure4"]["layers"] = [1, 2]  # the same name at other settings
     (tmp_path / "float32-t1.json").write_text(json.dumps(record("float32-t1", sha=demo_matrix.fingerprint(ran))))
     with pytest.raises(ValueError, match="float32-t1.json: made with preset quick at other settings"):
