@@ -119,6 +119,9 @@ def publish_piece(a) -> None:
     run, dest = a.run, a.results / a.name
     if not (run / "summary.json").is_file():
         raise UsageError(f"{run} has no summary.json: not a finished training run")
+    if re.search(r"\bSeeds? \d|partial losses below|final val MSE", a.note):
+        # the piece's sentence already says these from its files: a note repeating them read twice
+        raise UsageError("--note says how the piece ran; its seeds, partial losses and final loss are written from RUN")
     seeds = seeds_of(run)
     commit = a.commit or git_commit()
     ref = json.loads((dest / "reference.json").read_text()) if (dest / "reference.json").exists() else None

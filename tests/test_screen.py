@@ -446,6 +446,8 @@ def test_screen_piece_publishes_pieces_and_recomputes_what_they_share(pieces, tm
         publish(runs / f"{EMERGENCE_RUN}-seed1")
     first = publish(runs / EMERGENCE_RUN, title="t", train_command="stackedheads train --preset sec9-smoke", notes="Seed 0 alone.")
     assert first["command"].startswith("stackedheads train --preset sec9-smoke --seeds 0 --out RUN; stackedheads circuit discover")
+    with pytest.raises(UsageError, match="--note says how the piece ran"):
+        publish(runs / f"{EMERGENCE_RUN}-seed1", note="Seed 1: the same command, final val MSE 0.017")
     second = publish(runs / f"{EMERGENCE_RUN}-seed1", commit="abcdef1", note="on another CPU")
     again = publish(runs / f"{EMERGENCE_RUN}-seed1", commit="abcdef1", note="on another CPU")
     assert again == second and second["commit"] == first["commit"] == "7e32fd7"
