@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -159,6 +160,18 @@ def test_train_takes_a_recipe_and_options_override_it(cli, tmp_path):
     r = cli("train", "--preset", "smoke", "--recipe", "nope", "--out", tmp_path / "t")
     assert r.code == 2 and one_error(r.err) and "unknown recipe" in r.err
 
+
+
+def test_train_help_names_every_preset_and_recipe(cli, monkeypatch):
+    """The help is written out (the command line does not import torch to print it), so a preset or
+    recipe registered without it would be one the user cannot find."""
+    monkeypatch.setenv("COLUMNS", "2000")  # one line per option
+    r = cli("train", "--help")
+    assert r.code == 0, r.err
+    for opt, registry in (("--preset", presets.TRAIN), ("--recipe", presets.RECIPES)):
+        text = next(ln for ln in r.out.splitlines() if opt in ln)
+        missing = set(registry) - set(re.findall(r"[a-z][a-z0-9-]*[a-z0-9]", text))
+        assert not missing, (opt, missing)
 
 # --- pieces -------------------------------------------------------------------------------------
 

@@ -29,8 +29,8 @@ def train_cmd(
     recipe: Optional[str] = typer.Option(None, "--recipe", help=(
         "A named change to the preset's recipe (docs/training.md, 'The recipe screen'): gpt2 (the presets'), "
         "constant-clip, warmup-constant, train-2048, train-16384, train-65536, torch-in-init, resid-sublayers, "
-        "pe-pair, learned-pos, float32; combined: torch-in-init-constant, torch-in-init-warmup-constant, "
-        "constant-clip-train-16384. Options given beside it override it.")),
+        "pe-pair, learned-pos, float32, tl-init; combined: transformer-lens, torch-in-init-constant, "
+        "torch-in-init-warmup-constant, constant-clip-train-16384. Options given beside it override it.")),
     **fields,
 ) -> None:
     """Train an ensemble of GPT-2-style transformers on the vector task (Section 7.1).
