@@ -103,7 +103,8 @@ def main() -> None:
     ap.add_argument("--timeline", type=Path, nargs="+", help="likewise (gpu_runs.py writes one folder a seed)")
     ap.add_argument("--commit", help="the commit RUN's code came from (default: this checkout's HEAD)")
     ap.add_argument("--note", default="", help="a further piece: what its sentence in the notes adds (how it ran)")
-    ap.add_argument("--title", help="the first piece: the reference's title (a further piece keeps it unless given)")
+    ap.add_argument("--title", help="the first piece: the reference's title; a further piece keeps it unless given, so give it "
+                    "where the seeds it names change (tests/test_references.py checks every title's seeds)")
     ap.add_argument("--train-command", help="the first piece: its train command without --seeds and --out")
     ap.add_argument("--notes", help="the first piece: the reference's notes")
     ap.add_argument("--results", type=Path, default=ROOT / "results" / "sec9-screen")

@@ -5,6 +5,7 @@ the tracked references judge as the README says."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -173,6 +174,29 @@ def test_every_published_timeline_summary_covers_the_seeds_beside_it():
         orders = [json.loads((folder / f"seed{s}" / "timeline.json").read_text())["order"] for s in seeds]
         assert summary["ordering"]["runs"] == len(seeds), path
         assert summary["ordering"]["counts"] == {o: orders.count(o) for o in summary["ordering"]["counts"]}, path
+
+
+def _title_seeds(title: str) -> set[int]:
+    """Every seed a title names: "seed 0", "seeds 0 and 1", "seeds 0-3", "0, 2, 3 on an H200"."""
+    out: set[int] = set()
+    for phrase in re.findall(r"\bseeds? (\d+(?:(?:, | and |-)\d+)*)", title):
+        for part in re.split(r", | and ", phrase):
+            lo, _, hi = part.partition("-")
+            out |= set(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def test_every_screen_result_title_names_the_seeds_it_holds():
+    """A piece published later keeps the first piece's title unless given one: the title must still
+    say which seeds the result holds (the README and report list results by their titles)."""
+    from stackedheads import seeds
+
+    folders = [ROOT / p.rsplit("/", 1)[0] for p in tracked("results/sec9-screen") if p.endswith("/reference.json")]
+    assert len(folders) >= 15
+    for folder in folders:
+        held = {int(r.seed) for run in seeds.collect_seeds([folder]) for r in run.rows}
+        title = json.loads((folder / "reference.json").read_text())["title"]
+        assert _title_seeds(title) == held, (folder.name, title, sorted(held))
 
 
 def test_results_sec9_judges_as_the_readme_says_from_a_fresh_clone(tmp_path):
