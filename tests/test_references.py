@@ -177,7 +177,7 @@ def test_every_published_timeline_summary_covers_the_seeds_beside_it():
 
 
 def _title_seeds(title: str) -> set[int]:
-    """Every seed a title names: "seed 0", "seeds 0 and 1", "seeds 0-3", "0, 2, 3 on an H200"."""
+    """Every seed a title names after "seed" or "seeds": "seed 0", "seeds 0 and 1", "seeds 0-3"."""
     out: set[int] = set()
     for phrase in re.findall(r"\bseeds? (\d+(?:(?:, | and |-)\d+)*)", title):
         for part in re.split(r", | and ", phrase):

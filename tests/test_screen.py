@@ -161,7 +161,6 @@ def test_train_takes_a_recipe_and_options_override_it(cli, tmp_path):
     assert r.code == 2 and one_error(r.err) and "unknown recipe" in r.err
 
 
-
 def test_train_help_names_every_preset_and_recipe(cli, monkeypatch):
     """The help is written out (the command line does not import torch to print it), so a preset or
     recipe registered without it would be one the user cannot find."""
@@ -172,6 +171,7 @@ def test_train_help_names_every_preset_and_recipe(cli, monkeypatch):
         text = next(ln for ln in r.out.splitlines() if opt in ln)
         missing = set(registry) - set(re.findall(r"[a-z][a-z0-9-]*[a-z0-9]", text))
         assert not missing, (opt, missing)
+
 
 # --- pieces -------------------------------------------------------------------------------------
 
