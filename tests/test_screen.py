@@ -385,6 +385,7 @@ def test_a_finished_choice_is_ruled_out_nearer_or_a_reproduction_and_the_closest
     # train-65536's distance (0.25 at least) is a bound: it names nothing
     assert seeds.screen([r for r in runs if r.label != "tl-init"])["closest"] == "transformer-lens"
     assert seeds.closest_line(state).startswith(f"Closest recipe: tl-init (the closest so far: the screen still wants {state['to_run']} seeds)")
+    assert "still wants 1 seed)" in seeds.closest_line({**state, "to_run": 1})
     r = cli("seeds", base, folders["tl-init"], "--label", "sec9", "--label", "tl-init", "--markdown")
     assert r.code == 0 and "| verdict |" in r.out and "Closest recipe: tl-init" in r.out
     r = cli("seeds", base, folders["learned-pos"], "--label", "sec9", "--label", "learned-pos")

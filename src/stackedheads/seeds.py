@@ -270,7 +270,7 @@ def closest_line(state: dict) -> str | None:
         return None
     row = next(r for r in state["rows"] if r["recipe"] == name)
     when = ("the screen is finished" if not state["to_run"]
-            else f"the closest so far: the screen still wants {state['to_run']} seeds")
+            else f"the closest so far: the screen still wants {state['to_run']} seed{'s' * (state['to_run'] != 1)}")
     return f"Closest recipe: {name} ({when}); {row['verdict']}"
 
 
