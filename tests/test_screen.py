@@ -7,6 +7,7 @@ import csv
 import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -427,18 +428,15 @@ def test_a_result_from_pieces_on_two_devices_names_both(pieces, tmp_path):
     assert alone.recipe["device"] == "cpu"
 
 
-def test_screen_piece_publishes_pieces_and_recomputes_what_they_share(pieces, tmp_path, cli, monkeypatch):
-    """scripts/screen_piece.py: a first piece, then a further one beside it; publishing a piece
-    again writes the same reference (command, wall time and notes recomputed, never added to)."""
-    import argparse
+def load_publish_piece(cli, monkeypatch):
+    """scripts/publish_piece.py as a module, its `stackedheads` commands run in this process."""
     import importlib.util
-    from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location("screen_piece", Path(__file__).parents[1] / "scripts" / "screen_piece.py")
+    spec = importlib.util.spec_from_file_location("publish_piece", Path(__file__).parents[1] / "scripts" / "publish_piece.py")
     sp = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sp)
 
-    def sh(*args, out=None):  # the same commands, in this process
+    def sh(*args, out=None):
         r = cli(*args)
         if r.code:
             raise UsageError(r.err.strip())
@@ -446,13 +444,22 @@ def test_screen_piece_publishes_pieces_and_recomputes_what_they_share(pieces, tm
             out.write_text(r.out)
 
     monkeypatch.setattr(sp, "sh", sh)
+    return sp
+
+
+def test_publish_piece_publishes_pieces_and_recomputes_what_they_share(pieces, tmp_path, cli, monkeypatch):
+    """scripts/publish_piece.py: a first piece, then a further one beside it; publishing a piece
+    again writes the same reference (command, wall time and notes recomputed, never added to)."""
+    import argparse
+
+    sp = load_publish_piece(cli, monkeypatch)
     root, _ = pieces
     runs = root / "split" / "emergence" / "runs"
     results = tmp_path / "results"
 
     def publish(run, **kw):
-        a = dict(name="constant-clip", run=run, circuits=None, timeline=None, commit="7e32fd7", note="", title=None,
-                 train_command=None, notes=None, results=results) | kw
+        a = dict(name="constant-clip", run=run, stage="emergence", circuits=None, timeline=None, maps=None,
+                 commit="7e32fd7", note="", title=None, train_command=None, notes=None, results=results) | kw
         sp.publish_piece(argparse.Namespace(**a))
         return json.loads((results / a["name"] / "reference.json").read_text())
 
@@ -500,3 +507,54 @@ def test_screen_piece_publishes_pieces_and_recomputes_what_they_share(pieces, tm
         assert (results / "two-folders" / "emergence" / "discovered" / f"seed{s}" / "circuit.json").read_bytes() == (
             tmp_path / f"discovered-{s}" / f"seed{s}" / "circuit.json").read_bytes()
     assert ref["name"] == "two-folders"
+
+
+def test_publish_piece_lays_sec8_pieces_out_as_results_sec8_with_maps(tmp_path, cli, monkeypatch):
+    """--stage circuits: transformers A-C a seed a run (Sec. 8 at 24,000 steps on a CPU), published
+    as results/sec8 is laid out (circuits/runs/transformers-A-C[-s1], discovered/, maps/) and judged
+    on A1-A5 as one result; a timeline (Sec. 9's) is refused there, and a Sec. 8 piece beside a
+    Sec. 9 result."""
+    import argparse
+
+    from stackedheads.layout import CIRCUITS_RUN
+
+    sp = load_publish_piece(cli, monkeypatch)
+    cfg = presets.get("sec8-smoke", "transformer-lens").override(steps=20, ckpt_every=10, eval_every=5, final_window=4, threads=1)
+    runs = {s: tmp_path / f"run{s}" for s in (0, 1)}
+    for s, run in runs.items():
+        train(cfg.override(seeds=(s,)), run)
+    r = cli("circuit", "discover", runs[0], "--threshold", "0.05", "--out", tmp_path / "disc0")
+    assert r.code == 0, r.err
+    r = cli("attention", runs[0], "--seed", 0, "--out", tmp_path / "maps0" / "seed0")
+    assert r.code == 0, r.err
+    results = tmp_path / "results"
+
+    def publish(run, **kw):
+        a = dict(name="sec8-paper-curriculum", run=run, stage="circuits", circuits=None, timeline=None, maps=None,
+                 commit="7e32fd7", note="", title=None, train_command=None, notes=None, results=results) | kw
+        sp.publish_piece(argparse.Namespace(**a))
+        return json.loads((results / a["name"] / "reference.json").read_text())
+
+    with pytest.raises(UsageError, match="--timeline belongs to the emergence stage, not circuits"):
+        publish(runs[0], timeline=[tmp_path / "disc0"])
+    first = publish(runs[0], circuits=[tmp_path / "disc0"], maps=[tmp_path / "maps0"], title="t",
+                    train_command="stackedheads train --preset sec8-smoke --recipe transformer-lens", notes="Seed 0.")
+    assert "stackedheads attention RUN --seed S --out R/circuits/maps/seedS" in first["command"]
+    second = publish(runs[1], note="on another CPU")
+    dest = results / "sec8-paper-curriculum"
+    assert {p.parent.name for p in dest.glob("circuits/runs/*/summary.json")} == {CIRCUITS_RUN, f"{CIRCUITS_RUN}-s1"}
+    assert (dest / "circuits" / "discovered" / "seed0" / "circuit.json").is_file()
+    assert {p.name for p in (dest / "circuits" / "maps" / "seed0").iterdir()} >= {"mean.png", "mean.svg"}
+    # the further piece's sentence counts steps (Sec. 8 does) and says it has no circuits yet
+    assert re.search(r" Seed 1: the same command with --seeds 1, \d+ s of training, on another CPU; partial losses "
+                     r"below 0\.5 at steps: x1 [\d,never]+, x2 .*; no circuits yet \(its final loss only: A1-A5 judge a seed with circuits\)\.$", second["notes"])
+    claims = {c["id"]: c for c in json.loads((dest / "claims.json").read_text()) if c["id"].startswith("A")}
+    assert set(claims) == {"A1", "A2", "A3", "A4", "A5"}
+    assert claims["A1"]["measured"].startswith("seed 0: ") and "seed 1" not in claims["A1"]["measured"]
+    (run,) = seeds.collect_seeds([dest])
+    assert [r.seed for r in run.rows] == ["0", "1"]
+    # a Sec. 9 result takes no Sec. 8 piece
+    (results / "sec9-like" / "emergence").mkdir(parents=True)
+    (results / "sec9-like" / "reference.json").write_text("{}")
+    with pytest.raises(UsageError, match="holds no circuits stage"):
+        publish(runs[1], name="sec9-like")
