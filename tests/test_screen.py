@@ -387,6 +387,12 @@ def test_a_finished_choice_is_ruled_out_nearer_or_a_reproduction_and_the_closest
     assert seeds.screen([r for r in runs if r.label != "tl-init"])["closest"] == "transformer-lens"
     assert seeds.closest_line(state).startswith(f"Closest recipe: tl-init (the closest so far: the screen still wants {state['to_run']} seeds)")
     assert "still wants 1 seed)" in seeds.closest_line({**state, "to_run": 1})
+    # Finished: the line says so, and whether `--recipe paper-curriculum` selects the recipe named.
+    done = {**state, "to_run": 0}
+    for named, says in ((presets.PAPER_CURRICULUM, "`--recipe paper-curriculum` selects it)"),
+                        ("tl-init", f"`--recipe paper-curriculum` selects {presets.PAPER_CURRICULUM}, not it)")):
+        line = seeds.closest_line({**done, "closest": named})
+        assert line.startswith(f"Closest recipe: {named} (the screen is finished; {says}"), line
     r = cli("seeds", base, folders["tl-init"], "--label", "sec9", "--label", "tl-init", "--markdown")
     assert r.code == 0 and "| verdict |" in r.out and "Closest recipe: tl-init" in r.out
     r = cli("seeds", base, folders["learned-pos"], "--label", "sec9", "--label", "learned-pos")
@@ -519,7 +525,7 @@ def test_publish_piece_lays_sec8_pieces_out_as_results_sec8_with_maps(tmp_path, 
     from stackedheads.layout import CIRCUITS_RUN
 
     sp = load_publish_piece(cli, monkeypatch)
-    cfg = presets.get("sec8-smoke", "transformer-lens").override(steps=20, ckpt_every=10, eval_every=5, final_window=4, threads=1)
+    cfg = presets.get("sec8-smoke", "paper-curriculum").override(steps=20, ckpt_every=10, eval_every=5, final_window=4, threads=1)
     runs = {s: tmp_path / f"run{s}" for s in (0, 1)}
     for s, run in runs.items():
         train(cfg.override(seeds=(s,)), run)
@@ -538,7 +544,7 @@ def test_publish_piece_lays_sec8_pieces_out_as_results_sec8_with_maps(tmp_path, 
     with pytest.raises(UsageError, match="--timeline belongs to the emergence stage, not circuits"):
         publish(runs[0], timeline=[tmp_path / "disc0"])
     first = publish(runs[0], circuits=[tmp_path / "disc0"], maps=[tmp_path / "maps0"], title="t",
-                    train_command="stackedheads train --preset sec8-smoke --recipe transformer-lens", notes="Seed 0.")
+                    train_command="stackedheads train --preset sec8-smoke --recipe paper-curriculum", notes="Seed 0.")
     assert "stackedheads attention RUN --seed S --out R/circuits/maps/seedS" in first["command"]
     second = publish(runs[1], note="on another CPU")
     dest = results / "sec8-paper-curriculum"
@@ -558,3 +564,15 @@ def test_publish_piece_lays_sec8_pieces_out_as_results_sec8_with_maps(tmp_path, 
     (results / "sec9-like" / "reference.json").write_text("{}")
     with pytest.raises(UsageError, match="holds no circuits stage"):
         publish(runs[1], name="sec9-like")
+
+
+def test_paper_curriculum_is_the_recipe_the_published_screen_names():
+    """The alias follows the evidence: every screen recipe's seeds are in results/sec9-screen,
+    and of them the one nearest the paper is what ``--recipe paper-curriculum`` selects."""
+    root = Path(__file__).resolve().parents[1] / "results"
+    folders = [root / "sec9", *sorted(p for p in (root / "sec9-screen").iterdir() if p.is_dir())]
+    state = seeds.screen(seeds.collect_seeds(folders))
+    assert state["to_run"] == 0, [(r["recipe"], r["to_run"]) for r in state["rows"] if r["to_run"]]
+    assert state["closest"] == presets.PAPER_CURRICULUM
+    assert presets.get("sec9", "paper-curriculum") == presets.get("sec9", presets.PAPER_CURRICULUM) != presets.get("sec9")
+    assert not presets.RECIPES.get("paper-curriculum").choices  # a name for a screened recipe, not one more to screen

@@ -268,9 +268,12 @@ def closest_line(state: dict) -> str | None:
     name = state["closest"]
     if name is None:
         return None
+    from stackedheads.presets import PAPER_CURRICULUM
+
     row = next(r for r in state["rows"] if r["recipe"] == name)
-    when = ("the screen is finished" if not state["to_run"]
-            else f"the closest so far: the screen still wants {state['to_run']} seed{'s' * (state['to_run'] != 1)}")
+    when = (f"the closest so far: the screen still wants {state['to_run']} seed{'s' * (state['to_run'] != 1)}" if state["to_run"]
+            else "the screen is finished; `--recipe paper-curriculum` selects it" if name == PAPER_CURRICULUM
+            else f"the screen is finished; `--recipe paper-curriculum` selects {PAPER_CURRICULUM}, not it")
     return f"Closest recipe: {name} ({when}); {row['verdict']}"
 
 

@@ -28,6 +28,7 @@ def train_cmd(
     preset: str = typer.Option("quick", "--preset", "-p", help="A training preset: paper, quick, quick-n4, smoke, sec8, sec8-quick, sec8-smoke, sec9, sec9-quick, sec9-smoke."),
     recipe: Optional[str] = typer.Option(None, "--recipe", help=(
         "A named change to the preset's recipe (docs/training.md, 'The recipe screen'): gpt2 (the presets'), "
+        "paper-curriculum (the screen's nearest to Sec. 9's curriculum: transformer-lens), "
         "constant-clip, warmup-constant, train-2048, train-16384, train-65536, torch-in-init, resid-sublayers, "
         "pe-pair, learned-pos, float32, tl-init; combined: transformer-lens, torch-in-init-constant, "
         "torch-in-init-warmup-constant, constant-clip-train-16384. Options given beside it override it.")),
