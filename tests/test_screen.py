@@ -434,8 +434,10 @@ def test_a_result_from_pieces_on_two_devices_names_both(pieces, tmp_path):
     assert alone.recipe["device"] == "cpu"
 
 
-def load_publish_piece(cli, monkeypatch):
-    """scripts/publish_piece.py as a module, its `stackedheads` commands run in this process."""
+def publisher(cli, monkeypatch, results, **defaults):
+    """scripts/publish_piece.py as a module, its `stackedheads` commands run in this process, and
+    ``publish(run, **options)``: its publish_piece with these defaults, returning the reference."""
+    import argparse
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("publish_piece", Path(__file__).parents[1] / "scripts" / "publish_piece.py")
@@ -450,24 +452,24 @@ def load_publish_piece(cli, monkeypatch):
             out.write_text(r.out)
 
     monkeypatch.setattr(sp, "sh", sh)
-    return sp
+    base = dict(stage="emergence", circuits=None, timeline=None, maps=None, commit="7e32fd7", note="", title=None,
+                train_command=None, notes=None, results=results) | defaults
+
+    def publish(run, **kw):
+        a = base | {"run": run} | kw
+        sp.publish_piece(argparse.Namespace(**a))
+        return json.loads((results / a["name"] / "reference.json").read_text())
+
+    return sp, publish
 
 
 def test_publish_piece_publishes_pieces_and_recomputes_what_they_share(pieces, tmp_path, cli, monkeypatch):
     """scripts/publish_piece.py: a first piece, then a further one beside it; publishing a piece
     again writes the same reference (command, wall time and notes recomputed, never added to)."""
-    import argparse
-
-    sp = load_publish_piece(cli, monkeypatch)
     root, _ = pieces
     runs = root / "split" / "emergence" / "runs"
     results = tmp_path / "results"
-
-    def publish(run, **kw):
-        a = dict(name="constant-clip", run=run, stage="emergence", circuits=None, timeline=None, maps=None,
-                 commit="7e32fd7", note="", title=None, train_command=None, notes=None, results=results) | kw
-        sp.publish_piece(argparse.Namespace(**a))
-        return json.loads((results / a["name"] / "reference.json").read_text())
+    sp, publish = publisher(cli, monkeypatch, results, name="constant-clip")
 
     with pytest.raises(UsageError, match="needs --title, --train-command and --notes"):
         publish(runs / f"{EMERGENCE_RUN}-seed1")
@@ -520,11 +522,8 @@ def test_publish_piece_lays_sec8_pieces_out_as_results_sec8_with_maps(tmp_path, 
     as results/sec8 is laid out (circuits/runs/transformers-A-C[-s1], discovered/, maps/) and judged
     on A1-A5 as one result; a timeline (Sec. 9's) is refused there, and a Sec. 8 piece beside a
     Sec. 9 result."""
-    import argparse
-
     from stackedheads.layout import CIRCUITS_RUN
 
-    sp = load_publish_piece(cli, monkeypatch)
     cfg = presets.get("sec8-smoke", "paper-curriculum").override(steps=20, ckpt_every=10, eval_every=5, final_window=4, threads=1)
     runs = {s: tmp_path / f"run{s}" for s in (0, 1)}
     for s, run in runs.items():
@@ -534,12 +533,7 @@ def test_publish_piece_lays_sec8_pieces_out_as_results_sec8_with_maps(tmp_path, 
     r = cli("attention", runs[0], "--seed", 0, "--out", tmp_path / "maps0" / "seed0")
     assert r.code == 0, r.err
     results = tmp_path / "results"
-
-    def publish(run, **kw):
-        a = dict(name="sec8-paper-curriculum", run=run, stage="circuits", circuits=None, timeline=None, maps=None,
-                 commit="7e32fd7", note="", title=None, train_command=None, notes=None, results=results) | kw
-        sp.publish_piece(argparse.Namespace(**a))
-        return json.loads((results / a["name"] / "reference.json").read_text())
+    _, publish = publisher(cli, monkeypatch, results, name="sec8-paper-curriculum", stage="circuits")
 
     with pytest.raises(UsageError, match="--timeline belongs to the emergence stage, not circuits"):
         publish(runs[0], timeline=[tmp_path / "disc0"])
