@@ -58,6 +58,7 @@ class Stage:
     run: str  # runs/<run> for the first piece, runs/<run>-s<seeds> for the others
     second: str  # the analysis beside the circuits: Sec. 9's timeline, Sec. 8's attention maps
     second_file: str  # the file in <second>/seed<S> that says a seed has it
+    second_said: str  # how a piece's sentence names it ("a timeline")
     include: tuple[str, ...]
     analysis: str  # how R/<stage> was made from RUN, after the train command
     results: str  # the default RESULTS, relative to the repository
@@ -67,17 +68,18 @@ class Stage:
 
 STAGES = {
     "emergence": Stage(
-        EMERGENCE_RUN, "timeline", "timeline.json",
+        EMERGENCE_RUN, "timeline", "timeline.json", "a timeline",
         (*_RUN_GLOBS, "timeline/*.json", "timeline/*/timeline.json",
          *(f"timeline/*/{f}.{x}" for f in ("losses", "emergence_summary") for x in ("png", "svg"))),
         _DISCOVER + "; stackedheads emergence RUN --circuits R/emergence/discovered --out R/emergence/timeline " + _TAIL,
         "results/sec9-screen", "epochs", "E4 from metrics.csv"),
     "circuits": Stage(
-        CIRCUITS_RUN, "maps", "mean.png",
+        CIRCUITS_RUN, "maps", "mean.png", "attention maps",
         (*_RUN_GLOBS, "maps/*/*.png", "maps/*/*.svg"),
         _DISCOVER + "; stackedheads attention RUN --seed S --out R/circuits/maps/seedS " + _TAIL,
         "results", "steps", "its final loss only: A1-A5 judge a seed with circuits"),
 }
+
 
 def sh(*args: str, out: Path | None = None) -> None:
     """A `stackedheads` command of this interpreter; its stdout to ``out`` where given."""
@@ -120,11 +122,10 @@ def analysed(folder: Path, seeds: list[int], stage: Stage = STAGES["emergence"])
         have = [s for s in seeds if (folder / kind / f"seed{s}" / file).is_file()]
         return None if not have else "" if have == seeds else f" for seed{'s' * (len(have) > 1)} {','.join(map(str, have))}"
     circuits, second = held("discovered", "circuit.json"), held(stage.second, stage.second_file)
-    what = "a timeline" if stage.second == "timeline" else "attention maps"
     if circuits is None:
         return f"no circuits yet ({stage.without})"
     return (f"circuits (App. E's 0.05 on its last checkpoint){circuits}"
-            + (f" and {what}{second}" if second is not None else f"; no {what.split(' ', 1)[1] if what.startswith('a ') else what}"))
+            + (f" and {stage.second_said}{second}" if second is not None else f"; no {stage.second_said.removeprefix('a ')}"))
 
 
 def main() -> None:
@@ -219,6 +220,7 @@ def publish_piece(a) -> None:
            "--command", command, "--commit", first_commit, "--wall-s", f"{wall:.3f}", "--notes", notes, *include)
     print(f"{dest}: pieces {', '.join(p.name for p in pieces)}; wall {wall:.0f} s")
     print((dest / "seeds.md").read_text()[:2000])
+
 
 if __name__ == "__main__":
     main()
