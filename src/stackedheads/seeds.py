@@ -43,6 +43,7 @@ from stackedheads.errors import UsageError
 from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN, timeline
 from stackedheads.ordering import end_of_plateau, order_of
 from stackedheads.pieces import piece_dirs, unfinished
+from stackedheads.presets import PAPER_CURRICULUM
 
 # The paper's numbers the distributions are set beside (the claims modules hold the thresholds).
 PAPER = {
@@ -268,8 +269,6 @@ def closest_line(state: dict) -> str | None:
     name = state["closest"]
     if name is None:
         return None
-    from stackedheads.presets import PAPER_CURRICULUM
-
     row = next(r for r in state["rows"] if r["recipe"] == name)
     when = (f"the closest so far: the screen still wants {state['to_run']} seed{'s' * (state['to_run'] != 1)}" if state["to_run"]
             else "the screen is finished; `--recipe paper-curriculum` selects it" if name == PAPER_CURRICULUM
