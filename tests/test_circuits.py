@@ -20,9 +20,12 @@ from stackedheads.circuits.ablate import (
 )
 from stackedheads.circuits.discover import (
     DiscoverConfig,
+    Search,
     candidate_paths,
     discover,
     plot_circuit,
+    retry_candidates,
+    rule_cover,
     split,
 )
 from stackedheads.claims import sec8
@@ -163,6 +166,9 @@ def test_discovery_recovers_the_known_circuit(forced_model, tmp_path):
     assert all(r.loss > found.threshold for a, r in rows.items() if a.kind == "paths")
     assert [str(a) for a in rows] == ["none", "combined", "-L0.0 s2->s4", "-L1.0 s0->s2"]  # losses.json's text
     assert summary["serves"] == {"L0.0 s2->s4": [2], "L1.0 s0->s2": [1, 2]}
+    # Each replaced row's share of its held-out attention that its rule catches: the whole.
+    assert [row[:4] for row in summary["coverage"]] == [[0, 0, "second", "s+2"], [1, 0, "query", "s+2"]]
+    assert all(row[4] > 0.99 for row in summary["coverage"])
     # Every head's map on the pair links, held out: this circuit's first head reads s_2k+2 instead.
     assert [row[:2] for row in summary["pair_attention"]] == [[0, 0], [1, 0], [2, 0]]
     assert max(summary["pair_attention"][0][2]) < 0.5
@@ -190,6 +196,32 @@ def test_pair_attention_reads_each_heads_map_on_the_pair_links():
     assert got[0][2] == [1.0, 1.0]  # every pair's second token on its first: the link, whole
     # Uniform attention spreads a row over every earlier position: below Figure 7's 0.5.
     assert all(0 < a < 0.5 for a in got[1][2]), got[1][2]
+
+
+@pytest.mark.slow
+def test_a_rule_names_a_row_only_where_it_catches_half_its_attention(forced_model):
+    """App. E reads each map off where the head attends: a rule kept for the loss alone but
+    catching under half of its row's held-out attention leaves the row unexplained (kept)."""
+    model, task, val = forced_model
+    search, check = split(val)
+    s = Search(model, search, task, DiscoverConfig(tolerance=0.02))
+    lib = rules.library(task.depth)
+    observed = s.observed(s.circuit.head(1, 0))
+    assert rule_cover(observed, search.meta, lib, "query", "s+2") > 0.99  # L1.0's query reads s+2
+    assert rule_cover(observed, search.meta, lib, "query", "s+1") < 0.01
+    s.circuit = Circuit(2, [HeadSpec(0, 0, {"first": U, "second": "s+2", "query": U}),
+                            HeadSpec(1, 0, {"first": U, "second": U, "query": "s+1"}), HeadSpec.whole(2, 0, U)])
+    assert s.unlabel(check)
+    assert s.circuit.head(1, 0).rules["query"] == KEPT and s.circuit.head(0, 0).rules["second"] == "s+2"
+    assert not s.unlabel(check)  # nothing left to unlabel
+
+
+def test_retried_rows_get_only_rules_catching_min_mass():
+    lib = rules.library(2)
+    masses = dict.fromkeys(lib, 0.0) | {"s+1": 0.7, "s+2": 0.3, "p3": 0.45}
+    got = retry_candidates(masses, lib, 0.5)
+    assert "s+1" in got and "s+2" not in got and "p3" not in got
+    assert lib[got[-1]].measured  # the row's own map, last
 
 
 def test_candidate_paths_are_causal_chain_hops():

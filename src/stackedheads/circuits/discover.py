@@ -1,56 +1,34 @@
-"""Automatic circuit discovery: Appendix E's manual procedure as a greedy search.
+"""Automatic circuit discovery: Appendix E's manual procedure as a greedy search (:class:`Search`).
 
-The validation sequences are split in two: the search uses the first half, every reported loss
-(the combined ablation of step 5, the per-path ablations of step 6) the second, held out, so a
-circuit that only fits the sequences it was searched on fails its validation.
+The validation sequences are split in two: the search uses the first half; every reported loss
+(step 5's combined ablation, step 6's per-path ablations) and every row's coverage use the
+second, held out, so a circuit that only fits the sequences it was searched on fails.
 
-For each head, in layer order (Appendix E steps 2-3):
+Steps, as :func:`discover` runs them:
 
-1. a head whose observed attention follows no rule (no rule other than the identity catches
-   ``min_mass`` of a role's attention) is tried whole as uniform attention, then the identity
-   (no useful computation);
-2. otherwise each token role (first / second / query) gets the rule that best fits its observed
-   attention (the most attention mass on the rule's target), then uniform, then the identity,
-   the first that keeps the loss within budget. The best fit comes first so that two heads doing
-   the same job both keep their rule: were the simpler "uniform" tried first, the first of two
-   redundant heads would be replaced because the second still does the job.
+1. each head, in layer order: a head no rule fits (none catches ``min_mass`` of a role's
+   attention) is tried whole as uniform attention, then the identity; otherwise each token role
+   (first / second / query) gets the best-fitting rule of the paper's, then uniform, then the
+   identity: the first that keeps every chain position within its budget (best fit first, so
+   two heads doing one job both keep their rule);
+2. rows no candidate explains keep the head's own attention (``kept``) and are retried, then
+   with the shortcut rules (a fixed position ``p7``, an offset ``t-3``, the other chains ``o+d``,
+   a mixture ``a&b``, last the row's own mean map, ``position-map``), and in place of a rule a
+   shortcut fits clearly better (:func:`clearer`);
+3. step 6: every path a rule carries is removed alone; a path whose removal breaks the budget is
+   useful; the rest are tested in pairs and together (a redundant group: Section 9.2's layers 14
+   and 21); roles that carry no useful path are simplified to a baseline where the budget allows;
+4. a rule names a row only where it catches at least ``min_mass`` of the row's held-out
+   attention (App. E's map is "the position that I expect the head to attend to"): a row below
+   is kept, never labelled by the loss alone.
 
-A replacement is accepted only when the partial loss of *every* chain position stays within its
-budget (not only their mean). Rows no candidate explains keep the head's own attention
-(``kept``); a second pass retries them with every rule of the paper's. Kept rows count as useful
-computation, and the combined ablation that validates the circuit makes them uniform.
-
-Paths (step 6): every ``(src, dst)`` a rule head carries is removed alone (rows ``s_src`` made
-uniform); a path whose removal pushes some position over budget is useful. The others are then
-tested in pairs, and all together: paths whose *joint* removal breaks the loss are all useful
-and are reported as a redundant group (Section 9.2: layers 14 and 21 both retrieve B); a joint
-removal that breaks is shrunk to a minimal group, and the search repeats on the rest. Roles
-that carry no useful path are simplified to uniform (or the identity) where the budget allows,
-and the paths are recomputed on the simplified circuit.
-
-Which rules are baselines, how ties rank and which paths a rule carries come from the rule
-objects of :data:`~stackedheads.circuits.rules.RULES`, never from their names: a sink rule
-(``first-token``, all attention on position 0) copies a real token into the stream, so it is a
-path like any other (``dst`` = :data:`~stackedheads.circuits.rules.SINK`), kept only when
-replacing it with uniform attention breaks the loss.
-
-Shortcuts (issue 26): steps 1-2 and the second pass use the paper's rules (``shortcut`` False).
-The rules for what they cannot name (a fixed position ``p7`` or offset ``t-3``,
-:mod:`.rules.positional`; the other chains' tokens ``o+d``; a mixture of two ``a&b``; last the
-row's own mean map, ``position-map``: attention by position alone) are then tried, under the
-same budgets, for the rows left unexplained (again after each round of paths and
-simplification, which changes the heads beside them), and in place of a rule that a single
-shortcut fits clearly better (:func:`clearer`). Their paths are positional or cross-chain, not
-retrieval: the summary lists them apart (``paths_by_kind``, ``shortcut_heads``,
-``mapped_rows``), and every row left to the head, replaced by a shortcut, or whose rule
-covers little of its attention gets a diagnosis (:mod:`.diagnose`) on the held-out sequences:
-where its attention goes and how much of it the best description covers.
-
-Budgets: Appendix E's absolute threshold (validation loss below 0.05) applied to every chain
-position, or, with ``threshold=None``, each position's unablated loss plus ``tolerance`` (the CPU
-twins, whose losses are larger than the paper's; the report states which). A position whose
-unablated loss is already above the absolute threshold gets its own loss plus ``tolerance`` and
-is listed in ``model_over_budget``.
+Kept rows count as useful computation; the combined ablation that validates the circuit makes
+them uniform. Budgets: App. E's absolute threshold (validation loss below 0.05) at every chain
+position, or, with ``threshold=None``, each position's unablated loss plus ``tolerance`` (the
+CPU twins). A position whose unablated loss is already above the absolute threshold gets its own
+loss plus ``tolerance`` and is listed in ``model_over_budget``. Which rules are baselines or
+shortcuts, how ties rank and which paths a rule carries come from the rule objects of
+:data:`~stackedheads.circuits.rules.RULES`, never from their names.
 """
 
 from __future__ import annotations
@@ -111,7 +89,9 @@ WEAK = 0.6  # a row whose rule covers less of its (held-out) attention is diagno
 class DiscoverConfig:
     tolerance: float = 0.04  # per-position loss budget over the unablated loss
     threshold: float | None = None  # Appendix E's absolute threshold (0.05) instead, per position
-    min_mass: float = 0.4  # a rule must catch this much attention to be a candidate
+    # A rule must catch this share of a role's attention to be tried (search half) and to be
+    # kept (held-out half): App. E's map is "the position that I expect the head to attend to".
+    min_mass: float = 0.5
     n_val: int = 512  # validation sequences: the first half searches, the second validates
 
     def __post_init__(self) -> None:
@@ -148,22 +128,21 @@ def role_candidates(masses: dict[str, float], lib: Library, min_mass: float, top
 def clearer(name: str, masses: dict[str, float], lib: Library, min_mass: float) -> list[str]:
     """Single shortcut rules catching :data:`SHORTCUT_MARGIN` more of a row's attention than
     its rule ``name`` (and ``min_mass``), best first: the row follows a position (or the other
-    chains) rather than the role its rule names (README: a head read as ``s0->s6`` attends to
-    one fixed position, which holds the query chain's s6 in half the sequences)."""
+    chains) rather than the role its rule names (a head read as ``s0->s6`` that attends to one
+    fixed position, which holds the query chain's s6 in half the sequences)."""
     floor = max(masses.get(name, 0.0) + SHORTCUT_MARGIN, min_mass)
     return [n for n in fitted_rules(masses, lib, floor) if lib[n].shortcut and not lib[n].parts]
 
 
 def retry_candidates(masses: dict[str, float], lib: Library, min_mass: float) -> list[str]:
-    """Replacements for a row the first pass left unexplained: every rule of the paper's, best
-    fit first; the shortcut rules catching ``min_mass``, single rules before mixtures (a
+    """Replacements for a row the first pass left unexplained: every rule catching ``min_mass``,
+    best fit first, single rules before mixtures (a
     mixture of two only where one alone does not fit); then the baselines; last the row's own
     mean map (``position-map``: attention by position alone, of which the baselines are the
     simplest cases)."""
-    fits = fitted_rules(masses, lib)
-    singles = [n for n in fits if not lib[n].baseline and not lib[n].parts and (not lib[n].shortcut or masses[n] >= min_mass)]
-    return (singles + [n for n in fits if lib[n].parts and masses[n] >= min_mass] + baselines(lib)
-            + [n for n in lib if lib[n].measured])
+    fits = fitted_rules(masses, lib, min_mass)
+    singles = [n for n in fits if not lib[n].baseline and not lib[n].parts]
+    return singles + [n for n in fits if lib[n].parts] + baselines(lib) + [n for n in lib if lib[n].measured]
 
 
 def candidate_paths(spec: HeadSpec, depth: int) -> list[Link]:
@@ -192,6 +171,7 @@ class Discovery:
     model_over_budget: list[str]  # positions whose unablated loss is above the absolute threshold
     diagnosis: list[RowDiagnosis] = field(default_factory=list)  # unexplained and shortcut rows, held out
     pair_attention: list = field(default_factory=list)  # rules.pair_attention, held out (A4)
+    coverage: list = field(default_factory=list)  # [layer, head, role, rule, share of its held-out attention the rule catches]
 
     def summary(self) -> dict:
         c = self.circuit
@@ -232,6 +212,7 @@ class Discovery:
             "shortcut_heads": [list(h) for h in shortcut],
             "diagnosis": [d.to_dict() for d in self.diagnosis],
             "pair_attention": self.pair_attention,
+            "coverage": self.coverage,
             "redundant_groups": info.to_dict()["redundant_groups"],
             "serves": info.serves,
             "n_search": info.n_search,
@@ -240,154 +221,207 @@ class Discovery:
         }
 
 
-@torch.no_grad()
-def discover(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, cfg: DiscoverConfig = DiscoverConfig()) -> Discovery:
-    """The circuit of one model (``model.member(e)``) on ``batch`` (validation sequences)."""
-    search, check = split(batch)
-    n_layers, n_heads = model.config.n_layers, model.config.n_heads
-    circuit = Circuit(task.depth, [HeadSpec.whole(l, h, KEPT) for l in range(n_layers) for h in range(n_heads)])
-    ablator = Ablator(model, search, task)  # reruns only the layers a trial changes
-    budget, _ = cfg.budgets(ablator.loss(circuit)[1])  # every row kept: the unablated model
-    ablator.promote()
-    _, cache = model.run_with_cache(search.inputs, search.meta, names=model.pattern_names())
-    # Heads replaced whole by a baseline (step 1: they follow no rule) stay so: simplify() does
-    # not revisit them.
-    whole: set[tuple[int, int]] = set()
+class Search:
+    """App. E's procedure on one model, on the search half: each head's mechanism (steps 1-4),
+    the useful paths (step 6) and the simplest circuit within budget. Every change that keeps
+    each chain position within its budget is kept; the others are undone."""
 
-    def fits(remove=None) -> bool:
-        """Every position within budget on the search half, kept rows left to the head. A
-        change that fits is kept (callers undo the others), so its circuit becomes the one the
-        next trials start from."""
-        partial = ablator.loss(circuit, remove=remove)[1]
-        ok = all(p <= b for p, b in zip(partial, budget, strict=True))
+    def __init__(self, model: EnsembleTransformer, search: Batch, task: VectorTaskConfig, cfg: DiscoverConfig) -> None:
+        self.model, self.batch, self.task, self.cfg = model, search, task, cfg
+        self.circuit = Circuit(task.depth, [HeadSpec.whole(l, h, KEPT) for l in range(model.config.n_layers)
+                                            for h in range(model.config.n_heads)])
+        self.ablator = Ablator(model, search, task)  # reruns only the layers a trial changes
+        self.budget, _ = cfg.budgets(self.ablator.loss(self.circuit)[1])  # every row kept: the unablated model
+        self.ablator.promote()
+        _, self.cache = model.run_with_cache(search.inputs, search.meta, names=model.pattern_names())
+        self.lib = library(task.depth)
+        self.base = baselines(self.lib)  # App. E's no-computation replacements, simplest (uniform) first
+        self.masses = {(s.layer, s.head): rule_mass(self.observed(s), search.meta, self.lib) for s in self.circuit.heads}
+        # Heads replaced whole by a baseline (they follow no rule) stay so: simplify() skips them.
+        self.whole: set[tuple[int, int]] = set()
+
+    def observed(self, spec: HeadSpec) -> torch.Tensor:
+        return self.cache[f"blocks.{spec.layer}.attn.hook_pattern"][0, :, spec.head]
+
+    def fits(self, remove=None) -> bool:
+        """Every position within budget, kept rows left to the head. A change that fits is kept
+        (callers undo the others), so its circuit is the one the next trials start from."""
+        partial = self.ablator.loss(self.circuit, remove=remove)[1]
+        ok = all(p <= b for p, b in zip(partial, self.budget, strict=True))
         if ok and remove is None:
-            ablator.promote()
+            self.ablator.promote()
         return ok
 
-    def measure(spec: HeadSpec, role: str, name: str) -> None:
-        observed = cache[f"blocks.{spec.layer}.attn.hook_pattern"][0, :, spec.head]
-        spec.maps[role] = lib[name].measure(observed, search.meta, search.meta.role == ROLES[role])
+    def measure(self, spec: HeadSpec, role: str, name: str) -> None:
+        """A measured rule's map: the head's own mean attention, on the search sequences."""
+        spec.maps[role] = self.lib[name].measure(self.observed(spec), self.batch.meta, self.batch.meta.role == ROLES[role])
 
-    def assign(spec: HeadSpec, role: str, candidates: list[str]) -> None:
+    def assign(self, spec: HeadSpec, role: str, candidates: list[str]) -> None:
+        """The first of ``candidates`` within budget for the role's rows, else ``kept``."""
         for candidate in candidates:
             spec.rules[role] = candidate
-            if lib[candidate].measured:  # the head's own map, measured on the search sequences
-                measure(spec, role, candidate)
-            if fits():
+            if self.lib[candidate].measured:
+                self.measure(spec, role, candidate)
+            if self.fits():
                 return
             spec.maps.pop(role, None)
         spec.rules[role] = KEPT
 
-    lib = library(task.depth)
-    base = baselines(lib)  # App. E's no-computation replacements, simplest (uniform) first
-    masses = {}
-    for spec in circuit.heads:
-        observed = cache[f"blocks.{spec.layer}.attn.hook_pattern"][0, :, spec.head]
-        masses[spec.layer, spec.head] = m = rule_mass(observed, search.meta, lib)
-        if not any(not lib[n].baseline for role in ROLES for n in role_candidates(m[role], lib, cfg.min_mass)):
-            for name in base:
-                spec.rules = dict.fromkeys(ROLES, name)
-                if fits():
-                    whole.add((spec.layer, spec.head))
-                    break
-            else:
-                spec.rules = dict.fromkeys(ROLES, KEPT)
-            if (spec.layer, spec.head) in whole:
-                continue
-        for role in ROLES:
-            assign(spec, role, role_candidates(m[role], lib, cfg.min_mass))
+    def fit_heads(self) -> None:
+        """Steps 2-3, head by head in layer order: a head no rule fits is tried whole as a
+        baseline; otherwise each role gets the best-fitting rule within budget, then a baseline."""
+        min_mass = self.cfg.min_mass
+        for spec in self.circuit.heads:
+            m = self.masses[spec.layer, spec.head]
+            if not any(not self.lib[n].baseline for role in ROLES for n in role_candidates(m[role], self.lib, min_mass)):
+                for name in self.base:
+                    spec.rules = dict.fromkeys(ROLES, name)
+                    if self.fits():
+                        self.whole.add((spec.layer, spec.head))
+                        break
+                else:
+                    spec.rules = dict.fromkeys(ROLES, KEPT)
+                if (spec.layer, spec.head) in self.whole:
+                    continue
+            for role in ROLES:
+                self.assign(spec, role, role_candidates(m[role], self.lib, min_mass))
 
-    def retry_kept(shortcuts: bool) -> bool:
-        """Rows left unexplained get every rule of the paper's, now that the heads after them
-        are settled (with ``shortcuts``: every rule, :func:`retry_candidates`); whether one of
-        them now follows a rule."""
+    def retry_kept(self, shortcuts: bool) -> bool:
+        """Step 4: rows left unexplained get every rule of the paper's catching ``min_mass``, now
+        that the heads after them are settled (with ``shortcuts``: every rule,
+        :func:`retry_candidates`); whether one of them now follows a rule."""
         got = False
-        for spec in circuit.heads:
+        for spec in self.circuit.heads:
             for role in [r for r, n in spec.rules.items() if n == KEPT]:
-                m = masses[spec.layer, spec.head][role]
-                assign(spec, role, retry_candidates(m, lib, cfg.min_mass) if shortcuts else
-                       [n for n in fitted_rules(m, lib) if not lib[n].baseline and not lib[n].shortcut] + base)
+                m = self.masses[spec.layer, spec.head][role]
+                self.assign(spec, role, retry_candidates(m, self.lib, self.cfg.min_mass) if shortcuts else
+                            [n for n in fitted_rules(m, self.lib, self.cfg.min_mass)
+                             if not self.lib[n].baseline and not self.lib[n].shortcut] + self.base)
                 got |= spec.rules[role] != KEPT
         return got
 
-    def simplify() -> None:
-        """Simpler is better (App. E step 3): roles that carry no useful path become a baseline
+    def simplify(self) -> None:
+        """Simpler is better (step 3): roles that carry no useful path become a baseline
         (uniform, or the identity) where every position stays within budget."""
-        for spec in circuit.heads:
-            if (spec.layer, spec.head) in whole:
+        for spec in self.circuit.heads:
+            if (spec.layer, spec.head) in self.whole:
                 continue
             carried = {src for src, _ in spec.paths}
             for role, name in list(spec.rules.items()):
-                if name in (base[0], KEPT) or (set(role_sources(role, task.depth)) & carried):
+                if name in (self.base[0], KEPT) or (set(role_sources(role, self.task.depth)) & carried):
                     continue
-                for simpler in base:
+                for simpler in self.base:
                     if simpler == name:
                         break
                     spec.rules[role] = simpler
-                    if fits():
+                    if self.fits():
                         break
                     spec.rules[role] = name
 
-    def relabel() -> bool:
+    def relabel(self) -> bool:
         """Rows whose rule a shortcut rule fits clearly better (:func:`clearer`) take it where
         the budget allows; whether one did."""
         got = False
-        for spec in circuit.heads:
+        for spec in self.circuit.heads:
             for role, name in list(spec.rules.items()):
-                if name == KEPT or lib[name].baseline or lib[name].shortcut:
+                if name == KEPT or self.lib[name].baseline or self.lib[name].shortcut:
                     continue
-                for better in clearer(name, masses[spec.layer, spec.head][role], lib, cfg.min_mass):
+                for better in clearer(name, self.masses[spec.layer, spec.head][role], self.lib, self.cfg.min_mass):
                     spec.rules[role] = better
-                    if fits():
+                    if self.fits():
                         got = True
                         break
                     spec.rules[role] = name
         return got
 
-    def joint_maps() -> bool:
+    def joint_maps(self) -> bool:
         """The rows still unexplained, all replaced at once by their measured maps (simplest
         first), where that keeps the budget; failing that, together with the rows that already
         follow a map, all by the finer one. One at a time, each row was tried beside the others'
         own attention, which its neighbours' maps may suit better. Whether they were."""
+        circuit = self.circuit
         kept, mapped = circuit.kept(), circuit.mapped()
         before = {(l, h): (dict(s.rules), dict(s.maps)) for l, h in {r[:2] for r in kept + mapped} for s in [circuit.head(l, h)]}
-        measured = [n for n in lib if lib[n].measured]
+        measured = [n for n in self.lib if self.lib[n].measured]
         for rows, name in [(kept, n) for n in measured] + ([(kept + mapped, measured[-1])] if mapped else []):
             for l, h, role in rows:
                 spec = circuit.head(l, h)
                 spec.rules[role] = name
-                measure(spec, role, name)
-            if fits():
+                self.measure(spec, role, name)
+            if self.fits():
                 return True
             for (l, h), (rules_, maps) in before.items():
                 spec = circuit.head(l, h)
                 spec.rules, spec.maps = dict(rules_), dict(maps)
         return False
 
-    def settle() -> list:
-        """Step 6's paths, simplification, and the paths of the simplified circuit."""
-        _useful_paths(circuit, fits)
-        simplify()
-        return _useful_paths(circuit, fits)
+    def unlabel(self, check: Batch) -> bool:
+        """A rule names a row only where it catches at least ``min_mass`` of the row's attention
+        on the held-out sequences (App. E reads "the position that I expect the head to attend
+        to" off the map): a row below is left to the head (kept), never mislabelled. Whether any was."""
+        _, cache = self.model.run_with_cache(check.inputs, check.meta, names=self.model.pattern_names())
+        got = False
+        for spec in self.circuit.heads:
+            observed = cache[f"blocks.{spec.layer}.attn.hook_pattern"][0, :, spec.head]
+            for role, name in list(spec.rules.items()):
+                if name == KEPT or self.lib[name].baseline:
+                    continue
+                if rule_cover(observed, check.meta, self.lib, role, name, spec.maps.get(role)) < self.cfg.min_mass:
+                    spec.rules[role] = KEPT
+                    spec.maps.pop(role, None)
+                    got = True
+        return got
 
+    def settle(self) -> list:
+        """Step 6's paths, simplification, and the paths of the simplified circuit."""
+        _useful_paths(self.circuit, self.fits)
+        self.simplify()
+        return _useful_paths(self.circuit, self.fits)
+
+
+def rule_cover(observed: torch.Tensor, meta, lib: Library, role: str, name: str, measured=None) -> float:
+    """The share of a role's attention (mean over its rows) that rule ``name`` catches: the mass
+    on its targets, or for a measured map the attention it reproduces (``sum min(observed, map)``)."""
+    of_role = meta.role == ROLES[role]
+    if lib[name].measured:
+        return float(torch.minimum(observed, lib[name].pattern(meta, measured)).sum(-1)[of_role].mean())
+    return float(pattern_mass(observed, lib[name], meta)[0][of_role].mean())
+
+
+@torch.no_grad()
+def discover(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, cfg: DiscoverConfig = DiscoverConfig()) -> Discovery:
+    """The circuit of one model (``model.member(e)``) on ``batch`` (validation sequences), by
+    App. E's steps on the first half; every reported loss on the second, held out."""
+    search, check = split(batch)
+    s = Search(model, search, task, cfg)
+    s.fit_heads()  # steps 1-3
     # The paper's rules first, as App. E names them; then the shortcut rules, for the rows those
     # leave unexplained (again after each settling, which changes the heads beside them), and
-    # for the rows a shortcut fits clearly better than their rule. A row explained stays so:
-    # every change keeps each position within budget.
-    retry_kept(shortcuts=False)
-    groups = settle()
+    # for the rows a shortcut fits clearly better than their rule.
+    s.retry_kept(shortcuts=False)  # step 4
+    groups = s.settle()  # step 6, then step 3 again
     for _ in range(MAX_ROUNDS):
-        if not circuit.kept() or not retry_kept(shortcuts=True):
+        if not s.circuit.kept() or not s.retry_kept(shortcuts=True):
             break
-        groups = settle()
-    if circuit.kept() and joint_maps():
-        groups = settle()
-    if relabel():
-        groups = settle()
+        groups = s.settle()
+    if s.circuit.kept() and s.joint_maps():
+        groups = s.settle()
+    if s.relabel():
+        groups = s.settle()
+    if s.unlabel(check):
+        groups = s.settle()
+    circuit, lib = s.circuit, s.lib
     circuit.info.redundant_groups = groups
     for spec in circuit.heads:  # maps of rows simplified to something else are gone
         spec.maps = {r: m for r, m in spec.maps.items() if spec.rules[r] != KEPT and lib[spec.rules[r]].measured}
+    return _validated(model, check, task, cfg, circuit, groups, int(search.inputs.shape[0]))
 
+
+def _validated(model: EnsembleTransformer, check: Batch, task: VectorTaskConfig, cfg: DiscoverConfig,
+               circuit: Circuit, groups: list, n_search: int) -> Discovery:
+    """Step 5 and step 6 on the held-out sequences: the combined ablation, each path's, and which
+    chain positions each path serves."""
+    lib = library(task.depth)
     table = loss_table(model, check, task, circuit)
     check_budget, over = cfg.budgets(table[0].partial)
     # Which chain positions each path serves: removing it (its group, for a redundant path)
@@ -408,24 +442,36 @@ def discover(model: EnsembleTransformer, batch: Batch, task: VectorTaskConfig, c
     info = circuit.info
     info.threshold = cfg.threshold if cfg.threshold is not None else sum(check_budget) / len(check_budget)
     info.tolerance, info.unablated_loss, info.config, info.serves = cfg.tolerance, table[0].loss, asdict(cfg), serves
-    info.budgets, info.n_search, info.n_check = check_budget, int(search.inputs.shape[0]), int(check.inputs.shape[0])
+    info.budgets, info.n_search, info.n_check = check_budget, n_search, int(check.inputs.shape[0])
+    _, cache = model.run_with_cache(check.inputs, check.meta, names=model.pattern_names())
+    cover = _coverage(cache, check, circuit, lib)
     return Discovery(circuit, table, info.threshold, circuit.kept(), check_budget, over,
-                     _diagnose(model, check, circuit, lib), pair_attention(model, check, task.depth))
+                     _diagnose(cache, check, circuit, lib, cover), pair_attention(model, check, task.depth),
+                     [[l, h, r, circuit.head(l, h).rules[r], round(c, 4)] for (l, h, r), c in cover.items()])
 
 
-def _diagnose(model: EnsembleTransformer, check: Batch, circuit: Circuit, lib: Library) -> list[RowDiagnosis]:
+def _coverage(cache: dict, check: Batch, circuit: Circuit, lib: Library) -> dict[tuple[int, int, str], float]:
+    """Every row a rule replaces (baselines aside): the share of its held-out attention the rule catches."""
+    out = {}
+    for spec in circuit.heads:
+        observed = cache[f"blocks.{spec.layer}.attn.hook_pattern"][0, :, spec.head]
+        for role, name in spec.rules.items():
+            if name != KEPT and not lib[name].baseline:
+                out[spec.layer, spec.head, role] = rule_cover(observed, check.meta, lib, role, name, spec.maps.get(role))
+    return out
+
+
+def _diagnose(cache: dict, check: Batch, circuit: Circuit, lib: Library, cover: dict) -> list[RowDiagnosis]:
     """The diagnosis (:mod:`.diagnose`) of every row left to the head, every row a shortcut or
     mixture rule replaces, and every row whose rule covers less than :data:`WEAK` of its
     attention, on the held-out sequences."""
-    _, cache = model.run_with_cache(check.inputs, check.meta, names=model.pattern_names())
     out = []
     for spec in circuit.heads:
         observed = cache[f"blocks.{spec.layer}.attn.hook_pattern"][0, :, spec.head]
         for role, name in spec.rules.items():
             if name != KEPT and lib[name].baseline:
                 continue
-            weak = name != KEPT and lib[name].fitted and float(
-                pattern_mass(observed, lib[name], check.meta)[0][check.meta.role == ROLES[role]].mean()) < WEAK
+            weak = name != KEPT and lib[name].fitted and cover[spec.layer, spec.head, role] < WEAK
             if name == KEPT or weak or is_shortcut(rule_kind(lib[name], role, circuit.depth)):
                 out.append(diagnose_row(observed, check.meta, lib, spec.layer, spec.head, role, name, spec.maps.get(role)))
     return out

@@ -39,6 +39,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from stackedheads.claims._core import (
+    DEPENDS,
     FAIL,
     INCONCLUSIVE,
     NOT_RUN,
@@ -49,6 +50,7 @@ from stackedheads.claims._core import (
     Section,
     claims_table,
     combine,
+    readings_table,
     expect,
     read_json,
     read_jsonl,
@@ -57,8 +59,8 @@ from stackedheads.errors import UsageError
 from stackedheads.layout import STAGE_NAMES
 
 __all__ = [
-    "FAIL", "INCONCLUSIVE", "NOT_RUN", "PASS", "SECTIONS", "VERDICTS", "Claim", "Section",
-    "claims_table", "collect", "combine", "expect", "folder_claims", "read_json", "read_jsonl", "sections",
+    "DEPENDS", "FAIL", "INCONCLUSIVE", "NOT_RUN", "PASS", "SECTIONS", "VERDICTS", "Claim", "Section",
+    "claims_table", "collect", "combine", "expect", "folder_claims", "read_json", "read_jsonl", "readings_table", "sections",
 ]
 
 

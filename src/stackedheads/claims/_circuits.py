@@ -281,3 +281,173 @@ def read_discovery(path: Path, stage_dir: Path) -> dict:
 
 def no_summary(stage: dict) -> str:
     return f"{stage['missing']} is missing (the training run's final losses this claim needs)"
+
+
+# --- what discovery's labels and App. E's validation read, under each reading ----------------
+
+# A rule names a row's role only where it catches at least half of the row's attention on the
+# held-out sequences (App. E builds the map from "the position that I expect the head to attend
+# to", read off the attention map): a row below is unexplained, not a path.
+LABEL_COVER = 0.5
+
+
+def _row_of(key: str) -> tuple[int, int, str]:
+    """The ``(layer, head, role)`` row a path key such as ``L7.0 s0->s2`` leaves from."""
+    p = CircuitPath.parse(key)
+    role = "query" if p.src == 0 else ("second" if p.src % 2 == 0 else "first")
+    return p.layer, p.head, role
+
+
+def mislabelled(found: dict) -> list[dict]:
+    """The diagnosed rows whose rule covers less than :data:`LABEL_COVER` of their held-out
+    attention (discovery diagnoses every row under 60%, so the files hold each such row)."""
+    return [d for d in found.get("diagnosis", []) if d.get("rule_covered") is not None and d["rule_covered"] < LABEL_COVER]
+
+
+def relabelled(found: dict) -> dict:
+    """A discovery summary read by :data:`LABEL_COVER`: rows whose rule catches less than half
+    their attention become unexplained, and the paths they carried are dropped (the combined
+    ablation as measured stands: it replaced them by their rule). ``relabelled`` lists them."""
+    bad = {(d["layer"], d["head"], d["role"]): d for d in mislabelled(found)}
+    if not bad:
+        return {**found, "relabelled": []}
+    gone = {CircuitPath(*p).key for p in found["paths"] if _row_of(CircuitPath(*p).key) in bad}
+    paths = [p for p in found["paths"] if CircuitPath(*p).key not in gone]
+    with_paths = sorted({(l, h) for l, h, *_ in paths})
+    mapped = {(l, h) for l, h, *_ in found.get("mapped_rows", [])}
+    retrieval = sorted({(l, h) for l, h, _, dst in paths if path_kind(dst) == "retrieval"})
+    shortcut = sorted(({(l, h) for l, h, _, dst in paths if path_kind(dst) != "retrieval"} | mapped) - set(retrieval))
+    out = {**found, "paths": paths, "heads_with_paths": [list(h) for h in with_paths],
+           "unexplained_heads": sorted([*map(list, found["unexplained_heads"]), *[list(r) for r in bad]]),
+           "serves": {k: v for k, v in found.get("serves", {}).items() if k not in gone},
+           "relabelled": [f"L{l}.{h} {r}'s {d['rule']} covers {d['rule_covered']:.0%}" for (l, h, r), d in sorted(bad.items())]}
+    if "retrieval_heads" in found:
+        out["retrieval_heads"], out["shortcut_heads"] = [list(h) for h in retrieval], [list(h) for h in shortcut]
+    return out
+
+
+def relabel_text(found: dict) -> str:
+    rows = found.get("relabelled") or []
+    return (f"; {len(rows)} rows unexplained, their rule catching under {LABEL_COVER:.0%} of their attention "
+            f"({', '.join(rows)})") if rows else ""
+
+
+def validation_total(found: dict) -> tuple[str, str]:
+    """App. E step 5 as the paper states it: the combined ablation's validation loss, every
+    position together, below the budget (App. E's 0.05; a twin's relative budget: the unablated
+    loss + the tolerance)."""
+    un, comb = found["unablated"]["loss"], found["combined"]["loss"]
+    absolute = found.get("threshold_kind") == "absolute"
+    budget = found["threshold"] if absolute and found.get("threshold") is not None else un + found.get("tolerance", 0)
+    how = "App. E's absolute budget" if absolute else "a CPU twin's relative budget: the unablated loss + the tolerance"
+    text = f"unablated {un:.4f}, combined ablation {comb:.4f} over every position, below {budget:.3g} needed ({how}; paper: below 0.05)"
+    unexplained = found["unexplained_heads"]
+    if absolute and un >= budget:
+        return INCONCLUSIVE, text + "; the model's own loss is not below it"
+    if comb < budget:
+        return PASS, text + (f"; {len(unexplained)} unexplained rows made uniform ({row_text(found, unexplained)})" if unexplained else "")
+    if unexplained:
+        return INCONCLUSIVE, text + f"; partial circuit: {len(unexplained)} unexplained rows made uniform ({row_text(found, unexplained)})"
+    return FAIL, text
+
+
+def validation_readings(found: dict) -> dict:
+    """App. E step 5 under each reading (:data:`~stackedheads.claims.readings.READINGS`' A3)."""
+    return {"combined-loss": validation_total(found), "per-position": validation(found)}
+
+
+def first_head_paths(found: dict, depth: int) -> tuple[bool | None, str]:
+    """A4's paths reading: whether the first useful head's useful paths link every pair's
+    second token to its first (``s_2k -> s_2k-1``)."""
+    heads = (found.get("heads_with_paths") or []) + [[l, h] for l, h, *_ in found.get("mapped_rows", [])]
+    if not heads:
+        return None, "no head carries a useful path"
+    low = min(tuple(h) for h in heads)
+    carried = {(src, dst) for l, h, src, dst in found["paths"] if (l, h) == low}
+    linked = [k for k in range(1, depth + 1) if (2 * k, 2 * k - 1) in carried]
+    return len(linked) == depth, f"L{low[0]}.{low[1]}'s useful paths link {len(linked)} of {depth} pairs (s_2k -> s_2k-1)"
+
+
+# --- when each chain position emerges, under each of E3's readings -----------------------------
+
+
+def new_paths(serves: dict[str, list[int]], j: int) -> list[str]:
+    """The paths that serve x_j but not x_(j-1)."""
+    return sorted(k for k, js in serves.items() if j in js and (j - 1) not in js)
+
+
+def hurt_most(found: dict | None, keys: list[str]) -> dict[str, int] | None:
+    """Each path's position whose partial loss its removal (its redundant group's) raises most,
+    over the tolerance, from the discovery's held-out losses; None when they are not recorded."""
+    if not found or not found.get("losses"):
+        return None
+    rows = {r["ablation"]: r["partial"] for r in found["losses"]}
+    base = rows.get("combined, unexplained rows kept", rows.get("combined"))
+    if base is None:
+        return None
+    tol = found.get("tolerance", 0)
+    group_row = {k: "-(" + " + ".join(g) + ")" for g in found.get("redundant_groups", []) for k in g}
+    out = {}
+    for k in keys:
+        partial = rows.get(group_row.get(k, "-" + k))
+        if partial is None:
+            continue
+        raised = [p - b for p, b in zip(partial, base)]
+        j = max(range(len(raised)), key=lambda i: raised[i])
+        if raised[j] > tol:
+            out[k] = j + 1
+    return out
+
+
+def position_times(t: dict, reading: str, found: dict | None = None) -> dict[str, tuple[float | None, list[str], str]]:
+    """Per chain position x_j of a timeline (its serves already relabelled), under an E3
+    reading: (when it emerges or None, the paths that time it, status). Status ``no path``: no
+    path times it, so it cannot be ordered."""
+    serves, emerged, seen = t["serves"], t["emerged"], t.get("emerged_seen") or {}
+    depth = len(t["positions"])
+    groups = [g for g in t.get("groups", []) if all(k in serves for k in g)]
+    group_of = {k: tuple(g) for g in groups for k in g}
+    owner = hurt_most(found, [k for k, v in serves.items() if v]) if reading == "hurt-most" else None
+    out = {}
+    for j in range(1, depth + 1):
+        if reading == "query-path":
+            mine = sorted(k for k in serves if (p := CircuitPath.parse(k)).src == 0 and p.dst == 2 * j)
+        elif reading == "hurt-most":
+            mine = sorted(k for k, pos in (owner or {}).items() if pos == j)
+        else:
+            mine = new_paths(serves, j)
+        if not mine:
+            out[f"x{j}"] = (None, [], "no path")
+            continue
+        times = seen if reading == "last-path-checkpoint" else emerged
+        if reading in ("last-path", "last-path-checkpoint"):
+            units = sorted({group_of.get(k, (k,)) for k in mine})
+            per = [min((times[k] for k in u if times.get(k) is not None), default=None) for u in units]
+            when = None if None in per else max(per)
+        else:
+            when = min((times[k] for k in mine if times.get(k) is not None), default=None)
+        out[f"x{j}"] = (when, mine, "emerged" if when is not None else "never emerged")
+    return out
+
+
+def times_order(times: dict[str, tuple]) -> str:
+    """:func:`~stackedheads.ordering.order_of` of the timed positions; ``inconclusive`` where a
+    position has no path to time it and the rest show no disorder."""
+    from stackedheads.ordering import order_of
+
+    order = order_of([w for w, paths, _ in times.values() if paths])
+    if order != "out of order" and any(not paths for _, paths, _ in times.values()):
+        return "inconclusive"
+    return order
+
+
+def relabelled_timeline(t: dict, found: dict | None) -> dict:
+    """A timeline whose paths serve nothing where discovery's rule for their row catches less
+    than :data:`LABEL_COVER` of its attention (:func:`relabelled`)."""
+    if not found:
+        return t
+    bad = {(d["layer"], d["head"], d["role"]) for d in mislabelled(found)}
+    if not bad:
+        return t
+    serves = {k: ([] if _row_of(k) in bad else v) for k, v in t["serves"].items()}
+    return {**t, "serves": serves}

@@ -16,6 +16,19 @@ from stackedheads.storage import read_state_json
 
 PASS, FAIL, INCONCLUSIVE, NOT_RUN = "PASS", "FAIL", "INCONCLUSIVE", "NOT RUN"
 VERDICTS = (PASS, FAIL, INCONCLUSIVE, NOT_RUN)
+# A claim whose readings (:mod:`.readings`) disagree: never counted as a pass.
+DEPENDS = "DEPENDS ON READING"
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One reading of a claim: its verdict over the seeds, the text, and each seed's verdict."""
+
+    reading: str
+    primary: bool
+    verdict: str
+    measured: str
+    seeds: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -23,11 +36,35 @@ class Claim:
     section: str
     id: str
     paper: str  # what the paper says
-    measured: str  # what this run found
-    verdict: str
+    measured: str  # what this run found, under the primary reading
+    verdict: str  # the primary reading's verdict
+    readings: tuple[Judged, ...] = ()  # every reading the paper's words allow (empty: one way to measure it)
+
+    @property
+    def robust_verdict(self) -> str:
+        """The verdict every reading gives, or :data:`DEPENDS` where they differ."""
+        found = {r.verdict for r in self.readings} or {self.verdict}
+        return found.pop() if len(found) == 1 else DEPENDS
+
+    @property
+    def robustness(self) -> str:
+        """"robust" (one way to measure it, or every reading agrees) or which readings give which."""
+        if self.robust_verdict != DEPENDS:
+            return "robust" if self.readings else "one reading"
+        by: dict[str, list[str]] = {}
+        for r in self.readings:
+            by.setdefault(r.verdict, []).append(r.reading)
+        return "depends on reading: " + "; ".join(f"{v} under {', '.join(names)}" for v, names in by.items())
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "readings": [asdict(r) for r in self.readings],
+                "robust_verdict": self.robust_verdict, "robustness": self.robustness}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Claim:
+        """A claim as :meth:`to_dict` wrote it (a claims.json written before readings has none)."""
+        return cls(d["section"], d["id"], d["paper"], d["measured"], d["verdict"],
+                   tuple(Judged(**r) for r in d.get("readings", ())))
 
 
 NUM = (int, float)  # a number in a shape (below)
@@ -122,16 +159,37 @@ def combine(verdicts) -> str:
 
 
 def claims_table(found: list[Claim], title: str = "the paper's claims"):
-    """A rich table of claims: id, verdict (coloured) and the measurement behind it."""
+    """A rich table of claims: id, the primary reading's verdict (coloured), whether every
+    reading agrees, and the measurement behind it."""
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(title=title)
-    for col in ("section", "id", "verdict", "this run"):
+    for col in ("section", "id", "verdict", "readings", "this run"):
         t.add_column(col, overflow="fold")
     for c in found:
         colour = {PASS: "green", FAIL: "red", INCONCLUSIVE: "yellow"}.get(c.verdict, "dim")
-        t.add_row(c.section, c.id, f"[{colour}]{c.verdict}[/{colour}]", c.measured)
+        t.add_row(c.section, c.id, f"[{colour}]{c.verdict}[/{colour}]", escape(c.robustness), escape(c.measured))
     return t
+
+
+def readings_table(found: list[Claim], only: list[str] | None = None):
+    """Per claim with readings, a rich table of its readings x seeds (``only``: these readings)."""
+    from rich.table import Table
+
+    out = []
+    for c in found:
+        rows = [r for r in c.readings if not only or r.reading in only]
+        if not rows:
+            continue
+        seeds = sorted({s for r in rows for s in r.seeds}, key=lambda s: int(s) if s.isdigit() else s)
+        t = Table(title=f"{c.id}: {c.robust_verdict} ({c.robustness})")
+        for col in ("reading", "verdict", *(f"seed {s}" for s in seeds)):
+            t.add_column(col)
+        for r in rows:
+            t.add_row(r.reading + (" (primary)" if r.primary else ""), r.verdict, *(r.seeds.get(s, "-") for s in seeds))
+        out.append(t)
+    return out
 
 
 @dataclass(frozen=True)

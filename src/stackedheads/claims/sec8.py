@@ -6,15 +6,18 @@ from pathlib import Path
 
 from stackedheads.claims._circuits import (
     first_head_pairs,
+    first_head_paths,
     gated,
     heads_in,
     heads_text,
     kept_below,
     no_summary,
     per_seed,
+    relabel_text,
+    relabelled,
     row_text,
     stage_from_files,
-    validation,
+    validation_readings,
 )
 from stackedheads.claims._core import (
     FAIL,
@@ -25,6 +28,7 @@ from stackedheads.claims._core import (
     Section,
     not_run,
 )
+from stackedheads.claims.readings import judged, names_of
 from stackedheads.layout import CIRCUITS_RUN
 
 SEC8 = "8 Circuits of transformers A-C"
@@ -65,29 +69,47 @@ def circuit_claims(stage: dict | None) -> list[Claim]:
             return INCONCLUSIVE, text + f"; this run trained {steps:,} steps: train the full {PAPER_STEPS:,} to decide"
         return FAIL, text
 
-    def a2(s):
-        f = found[s]
-        useful = f["n_useful_heads"]
-        idle = n_heads - useful
-        text = (f"{useful} of {n_heads} heads useful ({heads_text(f)}); "
-                f"{idle} idle, PASS needs a strict majority idle (paper: 4 of 12 useful)")
-        if useful == 0:
-            return INCONCLUSIVE, text + "; no useful head found in a model that learned"
-        return (PASS if idle > n_heads / 2 else FAIL), text
+    labelled = {s: relabelled(found[s]) for s in seeds}  # rows named by where they attend
 
-    def a4(s):
-        every_pair, text = first_head_pairs(found[s], depth)
-        text += "; PASS needs every pair (paper: every pair, in all three transformers)"
-        below = kept_below(found[s])
-        if below:
-            rows = [(l, h, r) for l, h, r in found[s]["unexplained_heads"] if (l, h) in below]
-            return INCONCLUSIVE, text + (
-                f"; heads below it have rows no rule explains ({row_text(found[s], rows)}): "
-                "the first useful head may be one of them")
-        if every_pair is None:
-            return INCONCLUSIVE, text
-        # The first useful head is known (no unexplained row below it) and its map is measured.
-        return (PASS if every_pair else FAIL), text
+    def a2(counted: str):
+        def run(s):
+            f = labelled[s]
+            verdict, _ = validation_readings(found[s])["combined-loss"]
+            if counted == "heads-with-paths":
+                heads = {tuple(h) for h in f["heads_with_paths"]} | {(l, h) for l, h, *_ in f.get("mapped_rows", [])}
+                what = "heads with useful paths or rows following a map"
+            else:
+                heads = {tuple(h) for h in f["useful_heads"]} if "useful_heads" in f else None
+                what = "heads with paths, mapped rows or unexplained rows"
+            useful = len(heads) if heads is not None else f["n_useful_heads"]
+            idle = n_heads - useful
+            text = (f"{useful} of {n_heads} heads useful ({what}: {heads_text(f)}){relabel_text(f)}; "
+                    f"{idle} idle, PASS needs a strict majority idle (paper: 4 of 12 useful)")
+            if verdict != PASS:
+                return INCONCLUSIVE, text + "; the combined ablation does not stay below the budget, so the circuit cannot say which heads are useful"
+            if useful == 0:
+                return INCONCLUSIVE, text + "; no useful head found in a model that learned"
+            return (PASS if idle > n_heads / 2 else FAIL), text
+
+        return run
+
+    def a4(reading: str):
+        def run(s):
+            f = labelled[s]
+            every_pair, text = first_head_pairs(f, depth) if reading == "attention" else first_head_paths(f, depth)
+            text += "; PASS needs every pair (paper: every pair, in all three transformers)" + relabel_text(f)
+            below = kept_below(f)
+            if below:
+                rows = [(l, h, r) for l, h, r in f["unexplained_heads"] if (l, h) in below]
+                return INCONCLUSIVE, text + (
+                    f"; heads below it have rows no rule explains ({row_text(f, rows)}): "
+                    "the first useful head may be one of them")
+            if every_pair is None:
+                return INCONCLUSIVE, text
+            # The first useful head is known (no unexplained row below it) and its map is measured.
+            return (PASS if every_pair else FAIL), text
+
+        return run
 
     def a5(s):
         f = found[s]
@@ -99,12 +121,17 @@ def circuit_claims(stage: dict | None) -> list[Claim]:
             return INCONCLUSIVE, text + "; the circuit is partial"
         return FAIL, text
 
-    out = [Claim(sec, "A1", ps["A1"], *reversed(per_seed(seeds, a1)))]
-    for cid, fn in (("A2", a2), ("A3", lambda s: validation(found[s])), ("A4", a4), ("A5", a5)):
-        out.append(Claim(sec, cid, ps[cid], *reversed(per_seed(seeds, gated(stage, fn, PAPER_STEPS)))))
-    return out
+    def a3(reading: str):
+        return lambda s: validation_readings(found[s])[reading]
 
+    def read(cid: str, make) -> Claim:
+        return judged(sec, cid, ps[cid], seeds, {r: gated(stage, make(r), PAPER_STEPS) for r in names_of(cid)})
 
+    return [
+        Claim(sec, "A1", ps["A1"], *reversed(per_seed(seeds, a1))),
+        read("A2", a2), read("A3", a3), read("A4", a4),
+        Claim(sec, "A5", ps["A5"], *reversed(per_seed(seeds, gated(stage, a5, PAPER_STEPS)))),
+    ]
 
 
 SECTIONS.register("sec8", Section(

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stackedheads.circuits.paths import key_kind
+from stackedheads.circuits.paths import CircuitPath, key_kind
 from stackedheads.claims._circuits import (
     finished_metrics,
     gated,
     loss_drops,
+    new_paths,
     no_summary,
     per_seed,
+    position_times,
     read_timeline,
+    relabel_text,
+    relabelled,
+    relabelled_timeline,
     stage_from_files,
+    times_order,
     training_summary,
-    validation,
+    validation_readings,
 )
 from stackedheads.claims._core import (
     FAIL,
@@ -26,6 +32,7 @@ from stackedheads.claims._core import (
     Section,
     not_run,
 )
+from stackedheads.claims.readings import judged, names_of
 from stackedheads.layout import EMERGENCE_RUN, timeline
 from stackedheads.ordering import end_of_plateau, order_of
 
@@ -52,78 +59,102 @@ def emergence_claims(stage: dict | None, timeline_dir: Path | None,
     timelines = {s: read_timeline(timeline_dir / f"seed{s}" / "timeline.json", timeline_dir.parent) if timeline_dir else None
                  for s in seeds}
 
+    # Paths are named by where their rows attend: a row whose rule catches under half its
+    # attention serves nothing (relabelled).
+    labelled = {s: relabelled(found[s]) for s in seeds}
+    timelines = {s: relabelled_timeline(t, found[s]) if t else t for s, t in timelines.items()}
+
     def named(key: str) -> str:
         """A path key, marked when it is a shortcut rather than the paper's retrieval."""
         kind = key_kind(key)
         return key if kind == "retrieval" else f"{key} ({kind} shortcut)"
 
-    def e1(s):
-        verdict, text = validation(found[s])
-        return verdict, text + " (paper: 0.031 to 0.045)"
-
-    def timed(fn, with_seed=False):
+    def e1(reading: str):
         def run(s):
-            t = timelines[s]
-            return (INCONCLUSIVE, "no timeline") if not t else fn(t, s) if with_seed else fn(t)
+            verdict, text = validation_readings(found[s])[reading]
+            return verdict, text + " (paper: 0.031 to 0.045)"
 
         return run
 
-    def e2(t):
-        per = t["epochs"][-1] / t["steps"][-1] if t["steps"][-1] else 0.0
-        plateau, first, silent = end_of_plateau(t)
-        text = "plateau before the first path serving a position: " + (
-            "no such path emerged" if plateau is None else f"{plateau:.0f} steps = {plateau * per:.0f} epochs (paper: 450 epochs)"
-        ) + (f" (earlier, with no measured role: {', '.join(map(named, silent))})" if silent else "")
-        if not first:
-            return INCONCLUSIVE, text + "; no path serving a position crossed 0.5"
-        # A path is new for x_j when it serves x_j but not x_(j-1) (as E3 times positions); the
-        # induction head serves every later position too (they reuse it), but is new for x1 only.
-        new = {k: [j for j in t["serves"].get(k, []) if j - 1 not in t["serves"].get(k, [])] for k in first}
-        text += "; first: " + ", ".join(
-            f"{named(k)} (serves {', '.join('x%d' % j for j in t['serves'][k])}; new for {', '.join('x%d' % j for j in v)})"
-            for k, v in new.items()
-        ) + "; PASS needs it new for x1 and only x1, and every later x_j served by paths of its own"
-        # Sec. 9.2 (i)'s first head is an induction head, content-based retrieval: a shortcut
-        # (a fixed position, the other chains) emerging first is another mechanism, not it.
-        shortcuts = [k for k in first if key_kind(k) != "retrieval"]
-        if shortcuts and len(shortcuts) == len(first):
-            return FAIL, text + f"; the first to emerge is a shortcut ({', '.join(map(named, shortcuts))}), not an induction head"
-        if shortcuts:
-            return INCONCLUSIVE, text + f" (a shortcut, {', '.join(map(named, shortcuts))}, emerges at the same checkpoint)"
-        # A first path that is the only path serving x2.. may retrieve them too (one path serving
-        # x1..x3): whether it retrieves x1 "only" cannot be told.
-        alone = [x for j, (x, p) in enumerate(t["positions"].items(), start=1) if j > 1 and not p["new_paths"]]
-        if all(v == [1] for v in new.values()) and alone:
-            return INCONCLUSIVE, text + f" ({', '.join(alone)} served by no path of its own: the first path may retrieve them too)"
-        if all(v == [1] for v in new.values()):
-            return PASS, text
-        if any(v == [1] for v in new.values()):
-            return INCONCLUSIVE, text + " (a tie at one checkpoint with a path new for a later position)"
-        return FAIL, text
+    def timed(fn):
+        def run(s):
+            t = timelines[s]
+            return (INCONCLUSIVE, "no timeline") if not t else fn(t, s)
 
-    def e3(t, s):
-        shown = ", ".join(
-            f"{x} " + (f"step {p['step']:.0f} (epoch {p['epoch']:.0f}) by {', '.join(map(named, p['new_paths']))}"
-                       if p["step"] is not None
-                       else p["status"] + (f" ({', '.join(map(named, p['new_paths']))})" if p["new_paths"] else ""))
-            for x, p in t["positions"].items()
-        )
-        order = t["order"]
-        verdict = {"in order": PASS, "out of order": FAIL}.get(order, INCONCLUSIVE)
-        if verdict == PASS and any(p["step"] is None for p in t["positions"].values()):
-            verdict, order = INCONCLUSIVE, "in order so far, but not every position emerged"
-        return verdict, f"{order}: {shown} (strictly increasing checkpoints needed; a tie at one checkpoint is not an order)" + mapped(t, s)
+        return run
+
+    def e2(reading: str):
+        def judge(t, s):
+            per = t["epochs"][-1] / t["steps"][-1] if t["steps"][-1] else 0.0
+            serves = t["serves"]
+            plateau, first, silent = end_of_plateau(t)
+            text = "plateau before the first path serving a position: " + (
+                "no such path emerged" if plateau is None else f"{plateau:.0f} steps = {plateau * per:.0f} epochs (paper: 450 epochs)"
+            ) + (f" (earlier, with no measured role: {', '.join(map(named, silent))})" if silent else "")
+            if not first:
+                return INCONCLUSIVE, text + "; no path serving a position crossed 0.5" + relabel_text(labelled[s])
+            if reading == "first-head":  # every serving path of the heads of the first paths
+                heads = {CircuitPath.parse(k)[:2] for k in first}
+                first = sorted(k for k in serves if serves[k] and CircuitPath.parse(k)[:2] in heads)
+                text += "; first heads: " + ", ".join(f"L{l}.{h}" for l, h in sorted(heads))
+            # A path is new for x_j when it serves x_j but not x_(j-1) (as E3 times positions); the
+            # induction head serves every later position too (they reuse it), but is new for x1 only.
+            new = {k: [j for j in serves.get(k, []) if j - 1 not in serves.get(k, [])] for k in first}
+            text += "; first: " + ", ".join(
+                f"{named(k)} (serves {', '.join('x%d' % j for j in serves[k])}; new for {', '.join('x%d' % j for j in v)})"
+                for k, v in new.items()
+            ) + "; PASS needs it new for x1 and only x1, and every later x_j served by paths of its own" + relabel_text(labelled[s])
+            # Sec. 9.2 (i)'s first head is an induction head, content-based retrieval: a shortcut
+            # (a fixed position, the other chains) emerging first is another mechanism, not it.
+            shortcuts = [k for k in first if key_kind(k) != "retrieval"]
+            if shortcuts and len(shortcuts) == len(first):
+                return FAIL, text + f"; the first to emerge is a shortcut ({', '.join(map(named, shortcuts))}), not an induction head"
+            if shortcuts:
+                return INCONCLUSIVE, text + f" (a shortcut, {', '.join(map(named, shortcuts))}, emerges with it)"
+            # A first path that is the only path serving x2.. may retrieve them too (one path serving
+            # x1..x3): whether it retrieves x1 "only" cannot be told.
+            alone = [f"x{j}" for j in range(2, len(t["positions"]) + 1) if not new_paths(serves, j)]
+            if all(v == [1] for v in new.values()) and alone:
+                return INCONCLUSIVE, text + f" ({', '.join(alone)} served by no path of its own: the first path may retrieve them too)"
+            if all(v == [1] for v in new.values()):
+                return PASS, text
+            if any(v == [1] for v in new.values()):
+                return INCONCLUSIVE, text + " (a tie at one checkpoint with a path new for a later position)"
+            return FAIL, text
+
+        return timed(judge)
+
+    def e3(reading: str):
+        def judge(t, s):
+            times = position_times(t, reading, labelled[s])
+            if reading == "hurt-most" and not any(paths for _, paths, _ in times.values()) and not labelled[s].get("losses"):
+                return INCONCLUSIVE, f"the discovery's summary.json of seed {s} holds no per-path losses (losses), which this reading needs"
+            unit = "checkpoint step" if reading == "last-path-checkpoint" else "step"
+            shown = ", ".join(
+                f"{x} " + (f"{unit} {w:.0f} (epoch {w * t['epochs'][-1] / t['steps'][-1]:.0f}) by {', '.join(map(named, paths))}"
+                           if w is not None else status + (f" ({', '.join(map(named, paths))})" if paths else ""))
+                for x, (w, paths, status) in times.items()
+            )
+            order = times_order(times)
+            verdict = {"in order": PASS, "out of order": FAIL}.get(order, INCONCLUSIVE)
+            if verdict == PASS and any(w is None for w, _, _ in times.values()):
+                verdict, order = INCONCLUSIVE, "in order so far, but not every position emerged"
+            tie = ("a tie at one checkpoint is not an order" if reading == "last-path-checkpoint"
+                   else "a tie is not an order")
+            return verdict, f"{order}: {shown} (strictly increasing needed; {tie})" + mapped(t, s) + relabel_text(labelled[s])
+
+        return timed(judge)
 
     def mapped(t, s) -> str:
         """Positions no path of their own serves, with the rows that attend by position (and
         chain role) that do: the twin's mechanism there, which no path timeline follows."""
         rows = {k: v for k, v in found[s].get("serves", {}).items() if "->" not in k}
         said = []
-        for j, (x, p) in enumerate(t["positions"].items(), start=1):
-            if not p["new_paths"]:
+        for j in range(1, len(t["positions"]) + 1):
+            if not new_paths(t["serves"], j):
                 by = [k for k, v in rows.items() if j in v and j - 1 not in v]
                 if by:
-                    said.append(f"{x} is served by {', '.join(by)}, which attend by position (and chain role), not along a path")
+                    said.append(f"x{j} is served by {', '.join(by)}, which attend by position (and chain role), not along a path")
         return "; " + "; ".join(said) if said else ""
 
     def e4(s):
@@ -140,6 +171,9 @@ def emergence_claims(stage: dict | None, timeline_dir: Path | None,
             verdict, order = INCONCLUSIVE, "in order so far, but not every position dropped"
         return verdict, f"{order}: first evaluated step below the C2 threshold: {shown}" + ("" if t else " (metrics.csv)")
 
+    def read(cid: str, make) -> Claim:
+        return judged(sec, cid, ps[cid], seeds, {r: gated(stage, make(r), PAPER_STEPS) for r in names_of(cid)})
+
     e4_seeds = sorted(set(seeds) | set(drops), key=int)
     last = Claim(sec, "E4", ps["E4"], *reversed(per_seed(e4_seeds, e4))) if e4_seeds else not_run(sec, "E4", ps["E4"], "emergence")
     if not seeds:
@@ -147,12 +181,7 @@ def emergence_claims(stage: dict | None, timeline_dir: Path | None,
             return [not_run(sec, k, p, "emergence") for k, p in ps.items() if k != "E4"] + [last]
         return [Claim(sec, k, p, "no circuits discovered: a trained run without them decides E4 only", NOT_RUN)
                 for k, p in ps.items() if k != "E4"] + [last]
-    return [
-        Claim(sec, "E1", ps["E1"], *reversed(per_seed(seeds, gated(stage, e1, PAPER_STEPS)))),
-        Claim(sec, "E2", ps["E2"], *reversed(per_seed(seeds, gated(stage, timed(e2), PAPER_STEPS)))),
-        Claim(sec, "E3", ps["E3"], *reversed(per_seed(seeds, gated(stage, timed(e3, with_seed=True), PAPER_STEPS)))),
-        last,
-    ]
+    return [read("E1", e1), read("E2", e2), read("E3", e3), last]
 
 
 def metric_drops(stage_dir: Path, run_name: str = EMERGENCE_RUN) -> dict[str, dict[str, int | None] | None]:

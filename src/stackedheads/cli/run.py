@@ -120,17 +120,25 @@ def reproduce_cmd(
 def claims_cmd(
     run_dir: Path = typer.Argument(..., help="A `reproduce`, `sweep figure4`, `sweep depth` or `llm-compare` folder."),
     as_json: bool = typer.Option(False, "--json", help="Print the claims as a JSON list instead of a table."),
+    readings: bool = typer.Option(False, "--readings", help="Also print each claim's readings x seeds table (docs/verdicts.md, 'Readings')."),
+    reading: list[str] = typer.Option([], "--reading", help="Only these readings in the readings table (repeatable), e.g. --reading first-path."),
 ) -> None:
-    """Re-evaluate every claim of a folder from its files (no training): PASS, FAIL, INCONCLUSIVE or NOT RUN."""
-    from stackedheads.claims import claims_table, folder_claims
+    """Re-evaluate every claim of a folder from its files (no training): PASS, FAIL, INCONCLUSIVE or NOT RUN,
+    under the primary reading, with whether every reading of the paper agrees."""
+    from stackedheads.claims import claims_table, folder_claims, readings_table
+    from stackedheads.claims.readings import check_names
 
+    check_names(reading)
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir} is not a folder")
     found = folder_claims(run_dir)
     if as_json:
         sys.stdout.write(json.dumps([c.to_dict() for c in found], indent=2) + "\n")
-    else:
-        Console().print(claims_table(found, f"claims of {run_dir}"))
+        return
+    Console().print(claims_table(found, f"claims of {run_dir}"))
+    if readings or reading:
+        for table in readings_table(found, reading):
+            Console().print(table)
 
 
 @app.command("seeds")

@@ -1,0 +1,98 @@
+"""The readings of a claim: each faithful way to measure what the paper leaves open, one of them
+primary, chosen by the paper's own words (docs/verdicts.md quotes them).
+
+A claim judged under several readings carries every reading's verdict; the verdict it prints
+is the primary one, and its robustness says whether every reading agrees
+(:attr:`~stackedheads.claims._core.Claim.robust_verdict`: the common verdict, or
+``DEPENDS ON READING``, never counted as a pass).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from stackedheads.claims._core import Claim, Judged, combine
+from stackedheads.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Reading:
+    name: str
+    means: str  # what it measures, in a line
+
+
+@dataclass(frozen=True)
+class Readings:
+    """A claim's readings, the primary first, and the paper's words that choose it."""
+
+    claim: str
+    words: str  # the paper's sentence the primary reading follows
+    readings: tuple[Reading, ...]
+
+    @property
+    def primary(self) -> str:
+        return self.readings[0].name
+
+    def names(self) -> list[str]:
+        return [r.name for r in self.readings]
+
+
+READINGS: dict[str, Readings] = {r.claim: r for r in (
+    Readings("E1", "Sec. 9.2: 'After ablation, the mean squared error increases to 0.045'; App. E: 'a low validation loss (below 0.05)'", (
+        Reading("combined-loss", "the combined ablation's validation loss over every position within the budget (App. E: below 0.05)"),
+        Reading("per-position", "every chain position's partial loss of the combined ablation within its budget"),
+    )),
+    Readings("E2", "Sec. 9.2 (i): 'After 450 epochs of slow learning, an induction head that can retrieve token B emerges abruptly'", (
+        Reading("first-head", "the head of the first path to cross 0.5: every path of it serving a position is new for x1 only"),
+        Reading("first-path", "the first paths to cross 0.5 (at one checkpoint): each is new for x1 only"),
+    )),
+    Readings("E3", "Sec. 9.2: 'I approximate the attention between checkpoints using linear interpolation ... the first epoch when the average attention goes above 0.5 for each attention path'", (
+        Reading("first-path", "x_j emerges when its first new path crosses 0.5 (interpolated between checkpoints)"),
+        Reading("last-path-checkpoint", "x_j emerges at the checkpoint where its last new path is first seen above 0.5"),
+        Reading("last-path", "x_j emerges when its last new path crosses 0.5 (interpolated)"),
+        Reading("query-path", "x_j emerges when the query's path s0->s_2j crosses 0.5 (interpolated)"),
+        Reading("hurt-most", "each path belongs to the position whose loss its removal raises most; x_j emerges at its first path's crossing"),
+    )),
+    Readings("A2", "App. E: 'For the attention heads that are responsible for the information flow, I construct an attention map that is zero everywhere except for the position that I expect the head to attend to'", (
+        Reading("heads-with-paths", "useful heads are those with useful paths or rows following a map; a failing combined ablation cannot decide"),
+        Reading("unexplained-useful", "rows no rule explains count as useful too; a failing combined ablation cannot decide"),
+    )),
+    Readings("A3", "App. E: 'After performing the combined ablations (step 5), I find that the mean squared error increases slightly, but remains below 0.05'", (
+        Reading("combined-loss", "the combined ablation's validation loss over every position below the budget (App. E: 0.05)"),
+        Reading("per-position", "every chain position's partial loss of the combined ablation within its budget"),
+    )),
+    Readings("A4", "App. E: 'The only exceptions are the first useful layers of each transformer, which always attend to the previous position'", (
+        Reading("attention", "the first useful head attends from every pair's second token to its first above 0.5"),
+        Reading("paths", "the first useful head's useful paths link every pair's second token to its first"),
+    )),
+)}
+
+
+def names_of(claim: str) -> list[str]:
+    return READINGS[claim].names() if claim in READINGS else []
+
+
+def check_names(names: list[str]) -> None:
+    """One line (exit 2) naming an unknown reading and the known ones."""
+    known = sorted({n for r in READINGS.values() for n in r.names()})
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise UsageError(f"unknown reading {bad[0]!r}: the readings are {', '.join(known)}")
+
+
+def judged(section: str, cid: str, paper: str, seeds: list[str],
+           each: dict[str, Callable[[str], tuple[str, str]]]) -> Claim:
+    """A claim over ``seeds`` under every reading of :data:`READINGS` (``each[name](seed) ->
+    (verdict, text)``): the primary reading's verdict and text, every reading beside it."""
+    spec = READINGS[cid]
+    if set(each) != set(spec.names()):
+        raise ValueError(f"{cid}: readings {sorted(each)} are not {spec.names()}")  # a bug, not input
+    out = []
+    for r in spec.readings:
+        results = [(s, *each[r.name](s)) for s in seeds]
+        text = "; ".join(f"seed {s}: {t}" for s, _, t in results)
+        out.append(Judged(r.name, r.name == spec.primary, combine(v for _, v, _ in results), text,
+                          {s: v for s, v, _ in results}))
+    primary = out[0]
+    return Claim(section, cid, paper, primary.measured, primary.verdict, tuple(out))
