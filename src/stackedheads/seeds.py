@@ -162,22 +162,36 @@ def _x1_fall(row: SeedRow) -> tuple[float | None, bool]:
     return (x1, False) if x1 is not None else (row.run_epochs, True)
 
 
+def screened_name(label: str) -> str | None:
+    """The recipe a run's label names (today's name for an old one; several joined by "+"), or
+    None: the presets' own (gpt2) or a label that is no recipe."""
+    from stackedheads.recipes import canonical
+
+    try:
+        name = canonical(label, note=None)
+    except UsageError:
+        return None
+    return None if name == "gpt2" else name
+
+
 def screen(runs: list[RunSeeds]) -> dict | None:
     """The recipe screen's state by issue 39's rule, or None when no sec9 run is labelled with a
-    screen recipe's name (:data:`stackedheads.presets.RECIPES` with choices) or no other sec9 run
-    is there to be the baseline.
+    recipe's name or no other sec9 run is there to be the baseline.
 
-    The baseline is the first sec9 run given that is not a screen recipe (``results/sec9``, the
-    presets' recipe). A choice "moved" when its median, or any one of its seeds, puts x1's fall
-    or the final val MSE 2x or more closer to the paper's (450 epochs, 0.031) than the baseline's
-    median (:func:`toward`): one seed of two that moved may be the choice's effect, and more seeds
-    decide it. Every registered screen recipe is listed, with 0 seeds where no run of it was given.
+    The baseline is the run labelled gpt2 (``results/sec9/gpt2``, the presets' recipe), else the
+    first sec9 run given whose label is no recipe. A choice "moved" when its median, or any one of
+    its seeds, puts x1's fall or the final val MSE 2x or more closer to the paper's (450 epochs,
+    0.031) than the baseline's median (:func:`toward`): one seed of two that moved may be the
+    choice's effect, and more seeds decide it. Every recipe of :data:`stackedheads.recipes.SCREEN`
+    is listed, with 0 seeds where no run of it was given; a run of another recipe (decay-all) is
+    in the distance table, not the screen.
     """
-    from stackedheads.presets import RECIPES
+    from stackedheads.recipes import SCREEN, recipe
 
     sec9 = [r for r in runs if r.section == "sec9"]
-    screened = {r.label: r for r in sec9 if r.label in RECIPES and RECIPES.get(r.label).choices}
-    base = next((r for r in sec9 if r.label not in screened), None)
+    screened = {name: r for r in sec9 if (name := screened_name(r.label)) in SCREEN}
+    base = next((r for r in sec9 if r.label == "gpt2"), None) or next(
+        (r for r in sec9 if screened_name(r.label) is None), None)
     if not screened or base is None:
         return None
     b, paper = base.summary(), PAPER["sec9"]
@@ -186,10 +200,8 @@ def screen(runs: list[RunSeeds]) -> dict | None:
     ref = {"x1's fall": (b["x1_fall_epochs"]["median"], paper["plateau_epochs"], "{:.0f} epochs"),
            "final val MSE": (b["final_val_loss"]["median"], paper["final_val_loss"], "{:.4f}")}
     rows = []
-    for name in RECIPES:
-        choices = RECIPES.get(name).choices
-        if not choices:
-            continue
+    for name in SCREEN:
+        choices = recipe(name, note=None).choices
         run, moved = screened.get(name), []
         s = run.summary() if run is not None else {"distance": {"value": None, "missing": ["seeds"]}}
         if run is not None:
@@ -204,9 +216,9 @@ def screen(runs: list[RunSeeds]) -> dict | None:
                 if hits:
                     moved.append(f"{measure}: {', '.join(hits)}")
         n = len(run.rows) if run is not None else 0
-        wanted = MOVED_SEEDS if len(choices) > 1 or moved else SCREEN_SEEDS
-        row = {"recipe": name, "choices": " + ".join(f"({c})" for c in choices), "seeds": n, "moved": moved,
-               "why": "a combination" if len(choices) > 1 else "moved 2x toward the paper" if moved else "did not move",
+        wanted = MOVED_SEEDS if choices > 1 or moved else SCREEN_SEEDS
+        row = {"recipe": name, "seeds": n, "moved": moved,
+               "why": "a combination" if choices > 1 else "moved 2x toward the paper" if moved else "did not move",
                "wanted": wanted, "to_run": max(0, wanted - n), "distance": s["distance"]}
         row["verdict"] = _verdict(row, base.label, b["distance"])
         rows.append(row)
@@ -278,9 +290,9 @@ def closest_line(state: dict) -> str | None:
 
 def screen_table(state: dict) -> tuple[list[str], list[list[str]]]:
     """Header and rows of :func:`screen`'s state (the console's and Markdown's)."""
-    head = ["recipe", "choice", "seeds", f"2x toward the paper (beside {state['baseline']})", "seeds wanted", "to run",
+    head = ["recipe", "seeds", f"2x toward the paper (beside {state['baseline']})", "seeds wanted", "to run",
             "verdict"]
-    return head, [[r["recipe"], r["choices"], str(r["seeds"]), "; ".join(r["moved"]) or "-",
+    return head, [[r["recipe"], str(r["seeds"]), "; ".join(r["moved"]) or "-",
                    f"{r['wanted']} ({r['why']})", str(r["to_run"]) if r["to_run"] else "done", r["verdict"]]
                   for r in state["rows"]]
 
@@ -567,7 +579,7 @@ def distribution_lines(run: RunSeeds) -> list[str]:
         if s["train_val_gap"]:
             g = s["train_val_gap"]
             lines.append(f"val minus the training batches' loss over the final window: median {g['median']:+.4f} "
-                         f"(range {g['min']:+.4f} to {g['max']:+.4f}; memorising shows far above the 0.001 of results/sec9)")
+                         f"(range {g['min']:+.4f} to {g['max']:+.4f}; memorising shows far above the 0.001 of results/sec9/gpt2)")
         lines.append(distance_text(s["distance"]))
         if run.unfinished:
             lines.append(f"not counted: {', '.join(run.unfinished)} (still training: no summary.json)")
