@@ -267,18 +267,21 @@ def test_pieces_of_other_settings_or_one_seed_twice_are_refused(pieces, tmp_path
 # --- the distance -------------------------------------------------------------------------------
 
 
-def _screen_folder(root, falls: dict[int, list[int | None]], final: float | dict[int, float], steps=6400, per_epoch=8):
-    """A sec9-shaped training run without circuits: each seed's x1..x4 at 0.75 until its step in
-    ``falls`` (None: never), then 0.01; training loss 0.002 below validation over the run;
-    ``final`` the final val MSE of every seed, or per seed."""
+def _screen_folder(root, falls: dict[int, list[int | None]], final: float | dict[int, float], steps=6400, per_epoch=8,
+                   onto: int | dict[int, int] = 0):
+    """A sec9-shaped training run without circuits: each seed's x1..x4 at 1.0 until the step in
+    ``onto`` (every seed's, or per seed), then on the 0.75 plateau until its step in ``falls``
+    (None: never), then 0.01; training loss 0.002 below validation over the run; ``final`` the
+    final val MSE of every seed, or per seed."""
     finals = final if isinstance(final, dict) else dict.fromkeys(falls, final)
+    ontos = onto if isinstance(onto, dict) else dict.fromkeys(falls, onto)
     cfg = presets.get("sec9").override(seeds=tuple(falls), steps=steps, eval_every=80, final_window=100).to_dict()
     run = root / "emergence" / "runs" / EMERGENCE_RUN
     run.mkdir(parents=True)
     rows = []
     for seed, at in falls.items():
         for step in list(range(80, steps + 1, 80)):
-            parts = [0.01 if a is not None and step >= a else 0.75 for a in at]
+            parts = [0.01 if a is not None and step >= a else 0.75 if step >= ontos[seed] else 1.0 for a in at]
             val = sum(parts) / 4
             rows.append({"step": step, "seed": seed, "train_loss": val - 0.002, "val_loss": val,
                          **{f"val_x{j + 1}": p for j, p in enumerate(parts)}, "wall_s": 1.0})
@@ -291,7 +294,7 @@ def _screen_folder(root, falls: dict[int, list[int | None]], final: float | dict
     return root
 
 
-def test_the_distance_is_the_stated_formula(tmp_path):
+def test_the_distance_is_the_stated_formula_per_seed_then_its_median(tmp_path):
     # Seed 0 one position at a time from step 3,600 (450 epochs); seed 1 two positions at once.
     folder = _screen_folder(tmp_path / "a", {0: [3600, 4000, 4400, 4800], 1: [1600, 2400, 2400, 3200]}, final=0.062)
     (run,) = seeds.collect_seeds([folder])
@@ -299,16 +302,59 @@ def test_the_distance_is_the_stated_formula(tmp_path):
     assert (a.plateau_epochs, a.plateau_from) == (450.0, "x1") and a.loss_drop_order == "in order"
     assert a.drop_epochs == {"x1": 450.0, "x2": 500.0, "x3": 550.0, "x4": 600.0}
     assert b.loss_drop_order == "tie" and a.train_val_gap == pytest.approx(0.002)
+    # seed 0: x1 at the paper's 450 epochs, final 0.062 = 2 x 0.031, in order; seed 1: x1 at 200, a tie
+    own = {"0": math.log(2), "1": abs(math.log(200 / 450)) + math.log(2) + 1.0}
+    assert seeds.seed_distance(a)["value"] == pytest.approx(own["0"]) and seeds.seed_distance(b)["value"] == pytest.approx(own["1"])
     d = run.summary()["distance"]
-    # medians: plateau (450 + 200) / 2 = 325 epochs, final 0.062 = 2 x 0.031, one seed of two in order
-    assert d["plateau"] == pytest.approx(abs(math.log(325 / 450)))
-    assert d["final"] == pytest.approx(math.log(2)) and d["order"] == 0.5
-    assert d["value"] == pytest.approx(abs(math.log(325 / 450)) + math.log(2) + 0.5)
+    assert d["value"] == pytest.approx((own["0"] + own["1"]) / 2) and d["per_seed"] == pytest.approx(own)
+    assert (d["min"], d["max"]) == (pytest.approx(own["0"]), pytest.approx(own["1"]))
+    assert d["plateau"] == pytest.approx(abs(math.log(200 / 450)) / 2) and d["final"] == pytest.approx(math.log(2))
+    assert d["order"] == 0.5 and not d["at_least"] and d["seeds"] == 2
     lines = seeds.distribution_lines(run)
-    assert any(line.startswith(f"distance to the paper: {d['value']:.2f}") for line in lines)
+    assert any(line.startswith(f"distance to the paper: {d['value']:.2f}, the median over 2 seeds "
+                               f"(range {own['0']:.2f}-{own['1']:.2f}") for line in lines), lines
     assert any("until x1's loss falls below C2's threshold: median 325 epochs" in line for line in lines)
     head, rows = seeds.seed_table(run)
     assert rows[0][head.index("gaps (epochs)")] == "50 50 50" and rows[0][head.index("plateau (epochs)")] == "450 (x1)"
+    assert [r[head.index("distance")] for r in rows] == [f"{own['0']:.2f}", f"{own['1']:.2f}"]
+
+
+def test_mixed_outcomes_are_not_rewarded_and_show_their_spread(tmp_path):
+    """Two seeds at the paper and two at the presets' (x1 at 50 epochs, final 0.0027): the medians
+    of x1's fall (250) and of the final loss (0.017) are near the paper, though no seed is both
+    near and far; the median of the seeds' distances is halfway, and the range says why."""
+    paper, early = [3600, 4000, 4400, 4800], [400, 800, 880, 1040]
+    folder = _screen_folder(tmp_path / "mixed", {0: paper, 1: paper, 2: early, 3: early},
+                            final={0: 0.031, 1: 0.031, 2: 0.0027, 3: 0.0027})
+    (run,) = seeds.collect_seeds([folder])
+    far = math.log(450 / 50) + math.log(0.031 / 0.0027)
+    d = run.summary()["distance"]
+    on_medians = abs(math.log(250 / 450)) + abs(math.log(((0.031 + 0.0027) / 2) / 0.031))
+    assert d["value"] == pytest.approx(far / 2) and d["value"] > on_medians + 1
+    assert (d["min"], d["max"]) == (pytest.approx(0.0), pytest.approx(far))
+    head, rows = seeds.distance_table([run])
+    assert rows[0][head.index("distance (range)")] == f"0.00-{far:.2f}"
+
+
+def test_x1s_time_to_the_plateau_is_shown_beside_its_fall(tmp_path):
+    """x1's loss below 0.8 (onto the 1 - 1/N plateau) at the first evaluation it is, per seed and
+    as a median, beside its fall below 0.5: a recipe that only slows everything shows as that."""
+    slow = _screen_folder(tmp_path / "slow", {0: [1280, 2000, 2400, 2800], 1: [1600, 2000, 2400, 2800]}, final=0.02,
+                          onto={0: 560, 1: 620})
+    fast = _screen_folder(tmp_path / "fast", {0: [400, 800, 880, 1040]}, final=0.0027, onto=240)
+    runs = seeds.collect_seeds([slow, fast])
+    # 560 and 620 are evaluated at steps 560 and 640 (every 80): epochs 70 and 80
+    assert [r.x1_below_08_epochs for r in runs[0].rows] == [70.0, 80.0] and runs[1].rows[0].x1_below_08_epochs == 30.0
+    head, rows = seeds.seed_table(runs[0])
+    assert [r[head.index("x1 below 0.8 (epoch)")] for r in rows] == ["70", "80"]
+    head, rows = seeds.distance_table(runs)
+    at = head.index("x1 below 0.8 (epoch)")
+    assert head[at + 1] == "x1 falls (epoch)"
+    assert [(r[0], r[at], r[at + 1]) for r in rows[:2]] == [("slow", "75", "180"), ("fast", "30", "50")]
+    assert any(line.startswith("x1's loss below 0.8 (onto the plateau): median 75 epochs (range 70-80); below C2's "
+                               "threshold: median 180") for line in seeds.distribution_lines(runs[0]))
+    # a run whose x1 starts below 0.8 is on the plateau at its first evaluation
+    assert seeds.collect_seeds([_screen_folder(tmp_path / "at-once", {0: [400] * 4}, final=0.01)])[0].rows[0].x1_below_08_epochs == 10.0
 
 
 def test_runs_are_ranked_by_distance_and_a_run_on_the_plateau_is_not_measured(tmp_path, cli):
@@ -319,7 +365,8 @@ def test_runs_are_ranked_by_distance_and_a_run_on_the_plateau_is_not_measured(tm
     head, rows = seeds.distance_table(runs)
     assert [r[0] for r in rows] == ["near", "far", "stuck", "paper (Sec. 9.2)"]
     # The stuck run's x1 never fell: it counts at the run's 800 epochs, a lower bound.
-    assert rows[0][-1] == "0.00" and rows[2][3] == ">=800" and rows[2][-1].startswith(">=")
+    dist, x1 = head.index("distance (median)"), head.index("x1 falls (epoch)")
+    assert rows[0][dist] == "0.00" and rows[2][x1] == ">=800" and rows[2][dist].startswith(">=")
     # without circuits only E4 is judged: in chain order passes it, the plateau does not
     passing = head.index("E1, E2, E3, E4 passing")
     assert [r[passing] for r in rows] == ["-, -, -, 1 of 1", "-, -, -, 1 of 1", "-, -, -, 0 of 1", "every seed"]
@@ -405,7 +452,8 @@ def test_a_finished_choice_is_ruled_out_nearer_or_a_reproduction_and_the_closest
     assert verdict["pos-pair"].endswith("less than the 0.69 of a 2x move")
     assert verdict["init-tl"] == "reproduces: distance 0.00 (x1's fall and final val MSE within 2x, every seed in order)"
     tf = d["tl-stack"]
-    assert tf == pytest.approx(math.log(450 / 160) + math.log(0.031 / 0.02) + 0.25)
+    # three seeds in order at x1 160 and 0.02, one more out of order: the median is the three's
+    assert tf == pytest.approx(math.log(450 / 160) + math.log(0.031 / 0.02))
     assert verdict["tl-stack"] == (f"nearer: distance {tf:.2f}, {b - tf:.2f} less than sec9's {b:.2f}; not the paper: "
                                            "x1's fall 2.8x off the paper's, 25% of seeds' losses out of chain order")
     assert verdict["n-train-65536"].startswith("undecided: distance at least")
