@@ -9,8 +9,8 @@ as the result's first piece or beside the pieces published there before.
         --title T --train-command CMD --notes TEXT       # the first piece (NAME not published yet)
 
 RUN is a `train --preset sec9 ... --seeds S --out RUN` folder (``--stage emergence``, the default,
-published under results/sec9-screen) or a `train --preset sec8 ...` one (``--stage circuits``,
-under results/), summary.json written. DISC is `circuit discover RUN --threshold 0.05 --out DISC`,
+published under results/sec9) or a `train --preset sec8 ...` one (``--stage circuits``,
+under results/sec8), summary.json written. DISC is `circuit discover RUN --threshold 0.05 --out DISC`,
 TL `emergence RUN --circuits DISC --out TL`, MAPS a folder of `attention RUN --seed S --out
 MAPS/seedS`; each may be several folders, each seed's taken from the first that holds it
 (scripts/gpu_runs.py writes one a seed); without circuits the piece's seeds are judged from
@@ -72,12 +72,12 @@ STAGES = {
         (*_RUN_GLOBS, "timeline/*.json", "timeline/*/timeline.json",
          *(f"timeline/*/{f}.{x}" for f in ("losses", "emergence_summary") for x in ("png", "svg"))),
         _DISCOVER + "; stackedheads emergence RUN --circuits R/emergence/discovered --out R/emergence/timeline " + _TAIL,
-        "results/sec9-screen", "epochs", "E4 from metrics.csv"),
+        "results/sec9", "epochs", "E4 from metrics.csv"),
     "circuits": Stage(
         CIRCUITS_RUN, "maps", "mean.png", "attention maps",
         (*_RUN_GLOBS, "maps/*/*.png", "maps/*/*.svg"),
         _DISCOVER + "; stackedheads attention RUN --seed S --out R/circuits/maps/seedS " + _TAIL,
-        "results", "steps", "its final loss only: A1-A5 judge a seed with circuits"),
+        "results/sec8", "steps", "its final loss only: A1-A5 judge a seed with circuits"),
 }
 
 
@@ -143,7 +143,7 @@ def main() -> None:
                     "where the seeds it names change (tests/test_references.py checks every title's seeds)")
     ap.add_argument("--train-command", help="the first piece: its train command without --seeds and --out")
     ap.add_argument("--notes", help="the first piece: the reference's notes")
-    ap.add_argument("--results", type=Path, help="where NAME goes (default: results/sec9-screen for emergence, results/ for circuits)")
+    ap.add_argument("--results", type=Path, help="where NAME goes (default: results/sec9 for emergence, results/sec8 for circuits)")
     a = ap.parse_args()
     try:
         publish_piece(a)

@@ -151,8 +151,8 @@ def fresh_copy(tmp_path: Path, name: str) -> Path:
 
 def test_every_tracked_reference_lists_only_tracked_files():
     refs = [p for p in tracked("results") if p.endswith("/" + references.REFERENCE_FILE)]
-    assert {"results/sec8/reference.json", "results/sec9/reference.json", "results/sec9-decay-all/reference.json",
-            "results/depth/reference.json", "results/sec9-screen/warmup-constant/reference.json"} <= set(refs)
+    assert {"results/sec8/gpt2/reference.json", "results/sec9/gpt2/reference.json", "results/sec9/decay-all/reference.json",
+            "results/depth/quick/reference.json", "results/sec9/lr-warmup-constant/reference.json"} <= set(refs)
     files = set(tracked("results"))
     for path in refs:
         folder = path.rsplit("/", 1)[0]
@@ -161,11 +161,25 @@ def test_every_tracked_reference_lists_only_tracked_files():
         references.load(ROOT / folder)
 
 
+def test_every_reference_is_named_by_its_place_and_titled_without_the_screens_letters():
+    """results/<section>/<recipe>: a reference's name is its path under results/ (the report and
+    results/README.md list it so), and its title says what the recipe changes, not a letter."""
+    refs = [p for p in tracked("results") if p.endswith("/" + references.REFERENCE_FILE)]
+    assert len(refs) >= 20
+    for path in refs:
+        ref = json.loads((ROOT / path).read_text())
+        assert ref["name"] == path.removeprefix("results/").rsplit("/", 1)[0], path
+        assert not re.search(r"\([a-k]\)", ref["title"]) and "Recipe screen" not in ref["title"], (path, ref["title"])
+        assert "results/sec9-screen" not in ref["command"] + ref["notes"], path
+    top = {p.split("/")[1] for p in tracked("results") if p.count("/") > 1}
+    assert top == {"depth", "sec4", "sec8", "sec9"}
+
+
 def test_every_published_timeline_summary_covers_the_seeds_beside_it():
     """A result combined from pieces holds one timeline folder per seed; its summary.json (the
     ordering over runs) must count them all, not only the first piece's."""
     summaries = [p for p in tracked("results") if p.endswith("/timeline/summary.json")]
-    assert "results/sec9-screen/constant-clip/emergence/timeline/summary.json" in summaries
+    assert "results/sec9/lr-constant/emergence/timeline/summary.json" in summaries
     for path in summaries:
         folder = (ROOT / path).parent
         seeds = sorted(p.name[4:] for p in folder.glob("seed*") if (p / "timeline.json").exists())
@@ -191,7 +205,7 @@ def test_every_screen_result_title_names_the_seeds_it_holds():
     say which seeds the result holds (the README and report list results by their titles)."""
     from stackedheads import seeds
 
-    folders = [ROOT / p.rsplit("/", 1)[0] for p in tracked("results/sec9-screen") if p.endswith("/reference.json")]
+    folders = [ROOT / p.rsplit("/", 1)[0] for p in tracked("results/sec9") if p.endswith("/reference.json")]
     assert len(folders) >= 15
     for folder in folders:
         held = {int(r.seed) for run in seeds.collect_seeds([folder]) for r in run.rows}
@@ -200,7 +214,7 @@ def test_every_screen_result_title_names_the_seeds_it_holds():
 
 
 def test_results_sec9_judges_as_the_readme_says_from_a_fresh_clone(tmp_path):
-    folder = fresh_copy(tmp_path, "sec9")
+    folder = fresh_copy(tmp_path, "sec9/gpt2")
     found = {c.id: c for c in claims.folder_claims(folder) if c.id.startswith("E")}
     assert {k: c.verdict for k, c in found.items()} == {
         "E1": claims.INCONCLUSIVE, "E2": claims.INCONCLUSIVE, "E3": claims.FAIL, "E4": claims.PASS}
@@ -221,7 +235,7 @@ def test_results_sec9_judges_as_the_readme_says_from_a_fresh_clone(tmp_path):
 
 def test_results_sec9_decay_all_judges_as_the_readme_says_from_a_fresh_clone(tmp_path):
     """The other recipe gives the same combined verdicts as GPT-2's (README, docs/training.md)."""
-    folder = fresh_copy(tmp_path, "sec9-decay-all")
+    folder = fresh_copy(tmp_path, "sec9/decay-all")
     found = {c.id: c for c in claims.folder_claims(folder) if c.id.startswith("E")}
     assert {k: c.verdict for k, c in found.items()} == {
         "E1": claims.INCONCLUSIVE, "E2": claims.INCONCLUSIVE, "E3": claims.FAIL, "E4": claims.PASS}
@@ -229,7 +243,7 @@ def test_results_sec9_decay_all_judges_as_the_readme_says_from_a_fresh_clone(tmp
     assert "seed 1: in order: first evaluated step below the C2 threshold: x1 320, x2 1200, x3 1360, x4 1760" in found["E4"].measured
 
 
-@pytest.mark.parametrize("name, trained, exempt", [("sec9", [0, 1, 2, 3], ["norm", "bias"]), ("sec9-decay-all", [0, 1], [])])
+@pytest.mark.parametrize("name, trained, exempt", [("sec9/gpt2", [0, 1, 2, 3], ["norm", "bias"]), ("sec9/decay-all", [0, 1], [])])
 def test_results_sec9_is_the_whole_ensemble_and_re_judges_to_its_published_table(tmp_path, cli, name, trained, exempt):
     """Every seed the run trained has its circuit and timeline in the clone, and the per-seed
     table computed from the tracked files alone is the one the run published (seeds.md); the two
@@ -248,7 +262,7 @@ def test_results_sec9_is_the_whole_ensemble_and_re_judges_to_its_published_table
 
 def test_results_sec8_decides_a1_over_three_seeds_of_24000_steps_from_a_fresh_clone(tmp_path, cli):
     """Issue 40: three seeds trained the paper's 24,000 steps; A1 decided from the tracked files."""
-    folder = fresh_copy(tmp_path, "sec8")
+    folder = fresh_copy(tmp_path, "sec8/gpt2")
     config = json.loads((folder / "circuits" / "runs" / "transformers-A-C" / "config.json").read_text())
     assert config["steps"] == 24_000 and config["seeds"] == [0, 1, 2]
     r = cli("claims", folder, "--json")
@@ -262,7 +276,7 @@ def test_results_sec8_decides_a1_over_three_seeds_of_24000_steps_from_a_fresh_cl
     assert "not learned in the paper's 24,000 steps" in found["A3"]["measured"] and "train longer" not in found["A3"]["measured"]
     assert [c["verdict"] for c in json.loads((folder / "claims.json").read_text()) if c["id"].startswith("A")] == [
         c["verdict"] for c in found.values()]
-    r = cli("seeds", folder, "--markdown", "--label", "sec8")
+    r = cli("seeds", folder, "--markdown")
     assert r.code == 0, r.err
     assert r.out.strip() == (folder / "seeds.md").read_text().strip()
     assert [c.id for c in references.load(folder)["claims"]] == ["A1", "A2", "A3", "A4", "A5"]
@@ -299,3 +313,59 @@ def test_a_published_run_is_judged_the_same_from_a_clone(cli, tmp_path):
     own = judged(run)
     assert len(own) == 5 and all(v != claims.NOT_RUN for v, _ in own.values())
     assert judged(tmp_path / "clone" / "results" / "smoke") == own
+
+
+
+# --- results/README.md ----------------------------------------------------------------------------
+
+
+def test_results_readme_is_what_the_tracked_references_write(tmp_path):
+    """results/README.md lists every tracked reference as its reference.json says (issue 74.3)."""
+    for rel in tracked("results"):
+        if rel.endswith("/" + references.REFERENCE_FILE):
+            (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(ROOT / rel, tmp_path / rel)
+    expected = references.index_markdown(tmp_path / "results")
+    assert (ROOT / "results" / references.INDEX_FILE).read_text(encoding="utf-8") == expected, (
+        "results/README.md is stale: run `stackedheads results-index`")
+    for rel in tracked("results"):
+        if rel.endswith("/" + references.REFERENCE_FILE):
+            name = rel.removeprefix("results/").rsplit("/", 1)[0]
+            assert f"[{name}]({name}/)" in expected
+
+
+def test_publish_keeps_the_index_current_and_escapes_titles(cli, tmp_path):
+    src = a_run(tmp_path / "src")
+    results = tmp_path / "results"
+    r = cli("publish", src, "--name", "ref", "--title", "a | b <img src=x onerror=alert(1)>", "--command", "c",
+            "--commit", "0" * 40, "--results", results, "--wall-s", "7200", *INCLUDE)
+    assert r.code == 0, r.err
+    index = (results / references.INDEX_FILE).read_text()
+    assert "| [ref](ref/) | a \\| b &lt;img src=x onerror=alert(1)&gt; |" in index and "| 2.0 h |" in index
+    assert index == references.index_markdown(results)
+    # a reference that went away leaves the index when it is written again
+    shutil.rmtree(results / "ref")
+    r = cli("results-index", "--results", results)
+    assert r.code == 0, r.err
+    assert "[ref]" not in (results / references.INDEX_FILE).read_text()
+    r = cli("results-index", "--results", tmp_path / "nowhere")
+    refused(r, "is not a folder")
+
+
+@pytest.mark.parametrize("name", ["../x", "sec9/../x", "/abs", "a//b", "", "sec9/", ".hidden", "a b"])
+def test_a_reference_name_stays_under_the_results_folder(tmp_path, name):
+    with pytest.raises(UsageError, match="folder names under the results folder"):
+        references.destination(tmp_path / "results", name)
+
+
+def test_a_nested_reference_is_named_by_its_path_and_indexed_at_the_results_folder(tmp_path):
+    src = a_run(tmp_path / "src")
+    root = tmp_path / "results"
+    dest = references.destination(root, "sec9/tl-stack+lr-3e-4")
+    ref = references.publish(src, dest, name="sec9/tl-stack+lr-3e-4", title="t", command="c", commit="0" * 40,
+                             wall_s=1.0, include=("circuits/runs/*/*.json",))
+    assert ref.name == "sec9/tl-stack+lr-3e-4" == json.loads((dest / "reference.json").read_text())["name"]
+    assert "[sec9/tl-stack+lr-3e-4](sec9/tl-stack+lr-3e-4/)" in (root / references.INDEX_FILE).read_text()
+    assert not (root / "sec9" / references.INDEX_FILE).exists()
+    with pytest.raises(UsageError, match="is not where reference"):
+        references.publish(src, root / "elsewhere", name="sec9/x", title="t", command="c", commit="0" * 40, wall_s=1.0)

@@ -13,7 +13,7 @@ import pytest
 import torch
 from helpers import one_error
 
-from stackedheads import presets, seeds
+from stackedheads import presets, recipes, seeds
 from stackedheads.errors import UsageError
 from stackedheads.layout import EMERGENCE_RUN
 from stackedheads.model import INIT_STD, EnsembleTransformer, ModelConfig
@@ -149,13 +149,43 @@ def test_every_recipe_changes_what_it_names_and_nothing_else():
         presets.get("sec9", "bogus")
 
 
+def test_recipes_compose_left_to_right():
+    lr_lower = presets.get("sec9", "tl-stack+lr-3e-4")
+    assert lr_lower == presets.get("sec9", "tl-stack").override(lr=3e-4)
+    assert presets.get("sec9", "lr-3e-4").optim.lr == 3e-4 and presets.get("sec9", "lr-1e-4").optim.lr == 1e-4
+    # a later part's field wins
+    assert presets.get("sec9", "lr-3e-4+lr-1e-4").optim.lr == 1e-4
+    assert presets.get("sec9", "init-input-torch+lr-constant") == presets.get("sec9").override(
+        in_init="torch", warmup_steps=0, schedule="constant")
+    assert recipes.recipe("tl-stack+init-input-torch", note=None).choices == 3
+    assert presets.get("sec9", "decay-all").optim.decay_exempt == () != presets.get("sec9").optim.decay_exempt
+    for bad in ("tl-stack+bogus", "tl-stack+", "+lr-3e-4"):
+        with pytest.raises(UsageError, match="unknown recipe"):
+            presets.get("sec9", bad)
+
+
+def test_old_names_and_the_alias_resolve_with_one_line(cli, tmp_path, capsys):
+    assert presets.get("sec9", "constant-clip") == presets.get("sec9", "lr-constant")
+    assert capsys.readouterr().err == "constant-clip is now lr-constant\n"
+    assert presets.get("sec9", "torch-in-init-constant") == presets.get("sec9", "init-input-torch+lr-constant")
+    assert capsys.readouterr().err == "torch-in-init-constant is now init-input-torch+lr-constant\n"
+    assert presets.get("sec9", "paper-curriculum") == presets.get("sec9", presets.PAPER_CURRICULUM)
+    err = capsys.readouterr().err
+    assert err.startswith(f"paper-curriculum is {presets.PAPER_CURRICULUM} ") and err.count("\n") == 1
+    r = cli("train", "--preset", "smoke", "--recipe", "train-2048", "--steps", "6", "--ckpt-every", "6",
+            "--final-window", "1", "--out", tmp_path / "s")
+    assert r.code == 0, r.err
+    assert "train-2048 is now n-train-2048" in r.err
+    assert json.loads((tmp_path / "s" / "config.json").read_text())["task"]["n_train"] == 2048
+
+
 def test_train_takes_a_recipe_and_options_override_it(cli, tmp_path):
-    r = cli("train", "--preset", "smoke", "--recipe", "constant-clip", "--steps", "12", "--ckpt-every", "12",
+    r = cli("train", "--preset", "smoke", "--recipe", "lr-constant", "--steps", "12", "--ckpt-every", "12",
             "--final-window", "2", "--out", tmp_path / "r")
     assert r.code == 0, r.err
     optim = json.loads((tmp_path / "r" / "config.json").read_text())["optim"]
     assert optim["schedule"] == "constant" and optim["warmup_steps"] == 0 and optim["grad_clip"] == 1.0
-    r = cli("train", "--preset", "smoke", "--recipe", "train-2048", "--n-train", "1024", "--steps", "6",
+    r = cli("train", "--preset", "smoke", "--recipe", "n-train-2048", "--n-train", "1024", "--steps", "6",
             "--ckpt-every", "6", "--final-window", "1", "--out", tmp_path / "s")
     assert r.code == 0 and json.loads((tmp_path / "s" / "config.json").read_text())["task"]["n_train"] == 1024
     r = cli("train", "--preset", "smoke", "--recipe", "nope", "--out", tmp_path / "t")
@@ -237,18 +267,21 @@ def test_pieces_of_other_settings_or_one_seed_twice_are_refused(pieces, tmp_path
 # --- the distance -------------------------------------------------------------------------------
 
 
-def _screen_folder(root, falls: dict[int, list[int | None]], final: float | dict[int, float], steps=6400, per_epoch=8):
-    """A sec9-shaped training run without circuits: each seed's x1..x4 at 0.75 until its step in
-    ``falls`` (None: never), then 0.01; training loss 0.002 below validation over the run;
-    ``final`` the final val MSE of every seed, or per seed."""
+def _screen_folder(root, falls: dict[int, list[int | None]], final: float | dict[int, float], steps=6400, per_epoch=8,
+                   onto: int | dict[int, int] = 0):
+    """A sec9-shaped training run without circuits: each seed's x1..x4 at 1.0 until the step in
+    ``onto`` (every seed's, or per seed), then on the 0.75 plateau until its step in ``falls``
+    (None: never), then 0.01; training loss 0.002 below validation over the run; ``final`` the
+    final val MSE of every seed, or per seed."""
     finals = final if isinstance(final, dict) else dict.fromkeys(falls, final)
+    ontos = onto if isinstance(onto, dict) else dict.fromkeys(falls, onto)
     cfg = presets.get("sec9").override(seeds=tuple(falls), steps=steps, eval_every=80, final_window=100).to_dict()
     run = root / "emergence" / "runs" / EMERGENCE_RUN
     run.mkdir(parents=True)
     rows = []
     for seed, at in falls.items():
         for step in list(range(80, steps + 1, 80)):
-            parts = [0.01 if a is not None and step >= a else 0.75 for a in at]
+            parts = [0.01 if a is not None and step >= a else 0.75 if step >= ontos[seed] else 1.0 for a in at]
             val = sum(parts) / 4
             rows.append({"step": step, "seed": seed, "train_loss": val - 0.002, "val_loss": val,
                          **{f"val_x{j + 1}": p for j, p in enumerate(parts)}, "wall_s": 1.0})
@@ -261,7 +294,7 @@ def _screen_folder(root, falls: dict[int, list[int | None]], final: float | dict
     return root
 
 
-def test_the_distance_is_the_stated_formula(tmp_path):
+def test_the_distance_is_the_stated_formula_per_seed_then_its_median(tmp_path):
     # Seed 0 one position at a time from step 3,600 (450 epochs); seed 1 two positions at once.
     folder = _screen_folder(tmp_path / "a", {0: [3600, 4000, 4400, 4800], 1: [1600, 2400, 2400, 3200]}, final=0.062)
     (run,) = seeds.collect_seeds([folder])
@@ -269,16 +302,59 @@ def test_the_distance_is_the_stated_formula(tmp_path):
     assert (a.plateau_epochs, a.plateau_from) == (450.0, "x1") and a.loss_drop_order == "in order"
     assert a.drop_epochs == {"x1": 450.0, "x2": 500.0, "x3": 550.0, "x4": 600.0}
     assert b.loss_drop_order == "tie" and a.train_val_gap == pytest.approx(0.002)
+    # seed 0: x1 at the paper's 450 epochs, final 0.062 = 2 x 0.031, in order; seed 1: x1 at 200, a tie
+    own = {"0": math.log(2), "1": abs(math.log(200 / 450)) + math.log(2) + 1.0}
+    assert seeds.seed_distance(a)["value"] == pytest.approx(own["0"]) and seeds.seed_distance(b)["value"] == pytest.approx(own["1"])
     d = run.summary()["distance"]
-    # medians: plateau (450 + 200) / 2 = 325 epochs, final 0.062 = 2 x 0.031, one seed of two in order
-    assert d["plateau"] == pytest.approx(abs(math.log(325 / 450)))
-    assert d["final"] == pytest.approx(math.log(2)) and d["order"] == 0.5
-    assert d["value"] == pytest.approx(abs(math.log(325 / 450)) + math.log(2) + 0.5)
+    assert d["value"] == pytest.approx((own["0"] + own["1"]) / 2) and d["per_seed"] == pytest.approx(own)
+    assert (d["min"], d["max"]) == (pytest.approx(own["0"]), pytest.approx(own["1"]))
+    assert d["plateau"] == pytest.approx(abs(math.log(200 / 450)) / 2) and d["final"] == pytest.approx(math.log(2))
+    assert d["order"] == 0.5 and not d["at_least"] and d["seeds"] == 2
     lines = seeds.distribution_lines(run)
-    assert any(line.startswith(f"distance to the paper: {d['value']:.2f}") for line in lines)
+    assert any(line.startswith(f"distance to the paper: {d['value']:.2f}, the median over 2 seeds "
+                               f"(range {own['0']:.2f}-{own['1']:.2f}") for line in lines), lines
     assert any("until x1's loss falls below C2's threshold: median 325 epochs" in line for line in lines)
     head, rows = seeds.seed_table(run)
     assert rows[0][head.index("gaps (epochs)")] == "50 50 50" and rows[0][head.index("plateau (epochs)")] == "450 (x1)"
+    assert [r[head.index("distance")] for r in rows] == [f"{own['0']:.2f}", f"{own['1']:.2f}"]
+
+
+def test_mixed_outcomes_are_not_rewarded_and_show_their_spread(tmp_path):
+    """Two seeds at the paper and two at the presets' (x1 at 50 epochs, final 0.0027): the medians
+    of x1's fall (250) and of the final loss (0.017) are near the paper, though no seed is both
+    near and far; the median of the seeds' distances is halfway, and the range says why."""
+    paper, early = [3600, 4000, 4400, 4800], [400, 800, 880, 1040]
+    folder = _screen_folder(tmp_path / "mixed", {0: paper, 1: paper, 2: early, 3: early},
+                            final={0: 0.031, 1: 0.031, 2: 0.0027, 3: 0.0027})
+    (run,) = seeds.collect_seeds([folder])
+    far = math.log(450 / 50) + math.log(0.031 / 0.0027)
+    d = run.summary()["distance"]
+    on_medians = abs(math.log(250 / 450)) + abs(math.log(((0.031 + 0.0027) / 2) / 0.031))
+    assert d["value"] == pytest.approx(far / 2) and d["value"] > on_medians + 1
+    assert (d["min"], d["max"]) == (pytest.approx(0.0), pytest.approx(far))
+    head, rows = seeds.distance_table([run])
+    assert rows[0][head.index("distance (range)")] == f"0.00-{far:.2f}"
+
+
+def test_x1s_time_to_the_plateau_is_shown_beside_its_fall(tmp_path):
+    """x1's loss below 0.8 (onto the 1 - 1/N plateau) at the first evaluation it is, per seed and
+    as a median, beside its fall below 0.5: a recipe that only slows everything shows as that."""
+    slow = _screen_folder(tmp_path / "slow", {0: [1280, 2000, 2400, 2800], 1: [1600, 2000, 2400, 2800]}, final=0.02,
+                          onto={0: 560, 1: 620})
+    fast = _screen_folder(tmp_path / "fast", {0: [400, 800, 880, 1040]}, final=0.0027, onto=240)
+    runs = seeds.collect_seeds([slow, fast])
+    # 560 and 620 are evaluated at steps 560 and 640 (every 80): epochs 70 and 80
+    assert [r.x1_below_08_epochs for r in runs[0].rows] == [70.0, 80.0] and runs[1].rows[0].x1_below_08_epochs == 30.0
+    head, rows = seeds.seed_table(runs[0])
+    assert [r[head.index("x1 below 0.8 (epoch)")] for r in rows] == ["70", "80"]
+    head, rows = seeds.distance_table(runs)
+    at = head.index("x1 below 0.8 (epoch)")
+    assert head[at + 1] == "x1 falls (epoch)"
+    assert [(r[0], r[at], r[at + 1]) for r in rows[:2]] == [("slow", "75", "180"), ("fast", "30", "50")]
+    assert any(line.startswith("x1's loss below 0.8 (onto the plateau): median 75 epochs (range 70-80); below C2's "
+                               "threshold: median 180") for line in seeds.distribution_lines(runs[0]))
+    # a run whose x1 starts below 0.8 is on the plateau at its first evaluation
+    assert seeds.collect_seeds([_screen_folder(tmp_path / "at-once", {0: [400] * 4}, final=0.01)])[0].rows[0].x1_below_08_epochs == 10.0
 
 
 def test_runs_are_ranked_by_distance_and_a_run_on_the_plateau_is_not_measured(tmp_path, cli):
@@ -289,7 +365,8 @@ def test_runs_are_ranked_by_distance_and_a_run_on_the_plateau_is_not_measured(tm
     head, rows = seeds.distance_table(runs)
     assert [r[0] for r in rows] == ["near", "far", "stuck", "paper (Sec. 9.2)"]
     # The stuck run's x1 never fell: it counts at the run's 800 epochs, a lower bound.
-    assert rows[0][-1] == "0.00" and rows[2][3] == ">=800" and rows[2][-1].startswith(">=")
+    dist, x1 = head.index("distance (median)"), head.index("x1 falls (epoch)")
+    assert rows[0][dist] == "0.00" and rows[2][x1] == ">=800" and rows[2][dist].startswith(">=")
     # without circuits only E4 is judged: in chain order passes it, the plateau does not
     passing = head.index("E1, E2, E3, E4 passing")
     assert [r[passing] for r in rows] == ["-, -, -, 1 of 1", "-, -, -, 1 of 1", "-, -, -, 0 of 1", "every seed"]
@@ -322,30 +399,30 @@ def test_the_screen_wants_four_seeds_where_a_choice_moved_and_of_every_combinati
     da = _screen_folder(tmp_path / "da", {0: early}, final=0.0027)
     # (c): x1 never falls, so its 800 epochs are a lower bound, shown as one
     c = _screen_folder(tmp_path / "c", {0: [None] * 4}, final=0.75)
-    labels = ["sec9", "constant-clip", "pe-pair", "torch-in-init", "torch-in-init-constant", "train-2048"]
+    labels = ["sec9", "lr-constant", "pos-pair", "init-input-torch", "init-input-torch+lr-constant", "n-train-2048"]
     runs = seeds.collect_seeds([base, a, f, d, da, c], labels)
     state = seeds.screen(runs)
     assert state["baseline"] == "sec9" and state["baseline_medians"] == {"x1's fall": "50 epochs", "final val MSE": "0.0027"}
     rows = {r["recipe"]: r for r in state["rows"]}
-    assert set(rows) == {n for n in presets.RECIPES if presets.RECIPES.get(n).choices}
-    assert rows["constant-clip"]["moved"] == ["final val MSE: median 0.0115, seed 1 0.0200"]
-    assert (rows["constant-clip"]["wanted"], rows["constant-clip"]["to_run"]) == (4, 2)
-    assert rows["pe-pair"]["moved"] == [] and (rows["pe-pair"]["wanted"], rows["pe-pair"]["to_run"]) == (2, 0)
-    assert rows["torch-in-init"]["moved"] == ["x1's fall: median 110 epochs, seed 0 110 epochs"]
-    assert (rows["torch-in-init"]["wanted"], rows["torch-in-init"]["to_run"]) == (4, 3)
-    assert (rows["torch-in-init-constant"]["why"], rows["torch-in-init-constant"]["to_run"]) == ("a combination", 3)
-    assert rows["train-2048"]["moved"] == ["x1's fall: median >=800 epochs, seed 0 >=800 epochs"]
-    assert (rows["learned-pos"]["seeds"], rows["learned-pos"]["to_run"]) == (0, 2)
+    assert set(rows) == set(recipes.SCREEN)
+    assert rows["lr-constant"]["moved"] == ["final val MSE: median 0.0115, seed 1 0.0200"]
+    assert (rows["lr-constant"]["wanted"], rows["lr-constant"]["to_run"]) == (4, 2)
+    assert rows["pos-pair"]["moved"] == [] and (rows["pos-pair"]["wanted"], rows["pos-pair"]["to_run"]) == (2, 0)
+    assert rows["init-input-torch"]["moved"] == ["x1's fall: median 110 epochs, seed 0 110 epochs"]
+    assert (rows["init-input-torch"]["wanted"], rows["init-input-torch"]["to_run"]) == (4, 3)
+    assert (rows["init-input-torch+lr-constant"]["why"], rows["init-input-torch+lr-constant"]["to_run"]) == ("a combination", 3)
+    assert rows["n-train-2048"]["moved"] == ["x1's fall: median >=800 epochs, seed 0 >=800 epochs"]
+    assert (rows["pos-learned"]["seeds"], rows["pos-learned"]["to_run"]) == (0, 2)
     assert state["to_run"] == sum(r["to_run"] for r in state["rows"])
     head, table = seeds.screen_table(state)
-    assert table[[r[0] for r in table].index("pe-pair")][head.index("to run")] == "done"
+    assert table[[r[0] for r in table].index("pos-pair")][head.index("to run")] == "done"
     # No baseline, or no run named as a screen recipe: no screen to state.
     assert seeds.screen(runs[1:]) is None and seeds.screen(seeds.collect_seeds([base, f], ["sec9", "other"])) is None
-    r = cli("seeds", base, a, "--label", "sec9", "--label", "constant-clip", "--markdown")
-    assert r.code == 0 and "### The recipe screen (issue 39)" in r.out and "| constant-clip | (a) | 2 |" in r.out
-    r = cli("seeds", base, a, "--label", "sec9", "--label", "constant-clip", "--json")
-    assert json.loads(r.out)["screen"]["rows"][0]["recipe"] == "constant-clip"
-    r = cli("seeds", base, a, "--label", "sec9", "--label", "constant-clip")
+    r = cli("seeds", base, a, "--label", "sec9", "--label", "lr-constant", "--markdown")
+    assert r.code == 0 and "### The recipe screen (issue 39)" in r.out and "| lr-constant | 2 |" in r.out
+    r = cli("seeds", base, a, "--label", "sec9", "--label", "lr-constant", "--json")
+    assert json.loads(r.out)["screen"]["rows"][0]["recipe"] == "lr-constant"
+    r = cli("seeds", base, a, "--label", "sec9", "--label", "lr-constant")
     assert r.code == 0 and "The recipe screen" in r.out
 
 
@@ -354,15 +431,15 @@ def test_a_finished_choice_is_ruled_out_nearer_or_a_reproduction_and_the_closest
     two = lambda falls: {0: falls, 1: falls}  # noqa: E731
     base = _screen_folder(tmp_path / "base", two(early), final=0.0027)  # distance ln 9 + ln(0.031/0.0027)
     folders = {
-        "learned-pos": _screen_folder(tmp_path / "lp", two([320, 640, 720, 800]), final=0.001),  # farther
-        "pe-pair": _screen_folder(tmp_path / "pp", two([480, 800, 880, 1040]), final=0.0031),  # 0.24 nearer
-        "tl-init": _screen_folder(tmp_path / "tl", dict.fromkeys(range(4), paper), final=0.031),  # the paper: it moved, four
+        "pos-learned": _screen_folder(tmp_path / "lp", two([320, 640, 720, 800]), final=0.001),  # farther
+        "pos-pair": _screen_folder(tmp_path / "pp", two([480, 800, 880, 1040]), final=0.0031),  # 0.24 nearer
+        "init-tl": _screen_folder(tmp_path / "tl", dict.fromkeys(range(4), paper), final=0.031),  # the paper: it moved, four
         # a combination, four seeds: x1 at 160 epochs, 0.02 at the end, one seed's x3 and x4 tie
-        "transformer-lens": _screen_folder(tmp_path / "tf", {0: [1280] + paper[1:], 1: [1280] + paper[1:],
+        "tl-stack": _screen_folder(tmp_path / "tf", {0: [1280] + paper[1:], 1: [1280] + paper[1:],
                                                              2: [1280] + paper[1:], 3: [1280, 4000, 4400, 4400]}, final=0.02),
         # x1 never falls on seed 1: the distance is a lower bound, far below the baseline's
-        "train-65536": _screen_folder(tmp_path / "t65", {0: paper, 1: [None] * 4, 2: paper, 3: paper}, final=0.031),
-        "warmup-constant": _screen_folder(tmp_path / "wc", {0: paper}, final=0.031),  # one seed of two
+        "n-train-65536": _screen_folder(tmp_path / "t65", {0: paper, 1: [None] * 4, 2: paper, 3: paper}, final=0.031),
+        "lr-warmup-constant": _screen_folder(tmp_path / "wc", {0: paper}, final=0.031),  # one seed of two
     }
     runs = seeds.collect_seeds([base, *folders.values()], ["sec9", *folders])
     state = seeds.screen(runs)
@@ -370,33 +447,34 @@ def test_a_finished_choice_is_ruled_out_nearer_or_a_reproduction_and_the_closest
     assert b == pytest.approx(math.log(9) + math.log(0.031 / 0.0027))
     verdict = {r["recipe"]: r["verdict"] for r in state["rows"]}
     d = {r.label: r.summary()["distance"]["value"] for r in runs}
-    assert verdict["learned-pos"] == f"ruled out: distance {d['learned-pos']:.2f}, {d['learned-pos'] - b:.2f} farther than sec9's {b:.2f}"
-    assert verdict["pe-pair"].startswith(f"ruled out: distance {d['pe-pair']:.2f}, {b - d['pe-pair']:.2f} nearer")
-    assert verdict["pe-pair"].endswith("less than the 0.69 of a 2x move")
-    assert verdict["tl-init"] == "reproduces: distance 0.00 (x1's fall and final val MSE within 2x, every seed in order)"
-    tf = d["transformer-lens"]
-    assert tf == pytest.approx(math.log(450 / 160) + math.log(0.031 / 0.02) + 0.25)
-    assert verdict["transformer-lens"] == (f"nearer: distance {tf:.2f}, {b - tf:.2f} less than sec9's {b:.2f}; not the paper: "
+    assert verdict["pos-learned"] == f"ruled out: distance {d['pos-learned']:.2f}, {d['pos-learned'] - b:.2f} farther than sec9's {b:.2f}"
+    assert verdict["pos-pair"].startswith(f"ruled out: distance {d['pos-pair']:.2f}, {b - d['pos-pair']:.2f} nearer")
+    assert verdict["pos-pair"].endswith("less than the 0.69 of a 2x move")
+    assert verdict["init-tl"] == "reproduces: distance 0.00 (x1's fall and final val MSE within 2x, every seed in order)"
+    tf = d["tl-stack"]
+    # three seeds in order at x1 160 and 0.02, one more out of order: the median is the three's
+    assert tf == pytest.approx(math.log(450 / 160) + math.log(0.031 / 0.02))
+    assert verdict["tl-stack"] == (f"nearer: distance {tf:.2f}, {b - tf:.2f} less than sec9's {b:.2f}; not the paper: "
                                            "x1's fall 2.8x off the paper's, 25% of seeds' losses out of chain order")
-    assert verdict["train-65536"].startswith("undecided: distance at least")
-    assert verdict["warmup-constant"] == "open: 3 more seeds"  # it moved 2x: four wanted
-    assert verdict["float32"] == "open: 2 more seeds"
+    assert verdict["n-train-65536"].startswith("undecided: distance at least")
+    assert verdict["lr-warmup-constant"] == "open: 3 more seeds"  # it moved 2x: four wanted
+    assert verdict["dtype-float32"] == "open: 2 more seeds"
     # The nearest finished recipe is named; so far, while seeds are still wanted.
-    assert state["closest"] == "tl-init"
-    # train-65536's distance (0.25 at least) is a bound: it names nothing
-    assert seeds.screen([r for r in runs if r.label != "tl-init"])["closest"] == "transformer-lens"
-    assert seeds.closest_line(state).startswith(f"Closest recipe: tl-init (the closest so far: the screen still wants {state['to_run']} seeds)")
+    assert state["closest"] == "init-tl"
+    # n-train-65536's distance (0.25 at least) is a bound: it names nothing
+    assert seeds.screen([r for r in runs if r.label != "init-tl"])["closest"] == "tl-stack"
+    assert seeds.closest_line(state).startswith(f"Closest recipe: init-tl (the closest so far: the screen still wants {state['to_run']} seeds)")
     assert "still wants 1 seed)" in seeds.closest_line({**state, "to_run": 1})
     # Finished: the line says so, and whether `--recipe paper-curriculum` selects the recipe named.
     done = {**state, "to_run": 0}
     for named, says in ((presets.PAPER_CURRICULUM, "`--recipe paper-curriculum` selects it)"),
-                        ("tl-init", f"`--recipe paper-curriculum` selects {presets.PAPER_CURRICULUM}, not it)")):
+                        ("init-tl", f"`--recipe paper-curriculum` selects {presets.PAPER_CURRICULUM}, not it)")):
         line = seeds.closest_line({**done, "closest": named})
         assert line.startswith(f"Closest recipe: {named} (the screen is finished; {says}"), line
-    r = cli("seeds", base, folders["tl-init"], "--label", "sec9", "--label", "tl-init", "--markdown")
-    assert r.code == 0 and "| verdict |" in r.out and "Closest recipe: tl-init" in r.out
-    r = cli("seeds", base, folders["learned-pos"], "--label", "sec9", "--label", "learned-pos")
-    assert r.code == 0 and "Closest recipe: learned-pos" in r.out
+    r = cli("seeds", base, folders["init-tl"], "--label", "sec9", "--label", "init-tl", "--markdown")
+    assert r.code == 0 and "| verdict |" in r.out and "Closest recipe: init-tl" in r.out
+    r = cli("seeds", base, folders["pos-learned"], "--label", "sec9", "--label", "pos-learned")
+    assert r.code == 0 and "Closest recipe: pos-learned" in r.out
 
 
 def test_a_result_in_pieces_publishes_into_a_group_the_report_reads(pieces, tmp_path, cli):
@@ -405,15 +483,15 @@ def test_a_result_in_pieces_publishes_into_a_group_the_report_reads(pieces, tmp_
     root, _ = pieces
     commit = "7e32fd7"  # any commit's spelling: publish records it, it does not check out
     results = tmp_path / "results"
-    (results / "sec9-screen").mkdir(parents=True)
-    r = cli("publish", root / "split", "--name", "float32", "--results", results / "sec9-screen", "--title", "t",
+    (results / "sec9").mkdir(parents=True)
+    r = cli("publish", root / "split", "--name", "dtype-float32", "--results", results / "sec9", "--title", "t",
             "--command", "c", "--commit", commit, "--include", "emergence/runs/*/*.json", "--include", "emergence/runs/*/*.csv")
     assert r.code == 0, r.err
-    published = results / "sec9-screen" / "float32"
+    published = results / "sec9" / "dtype-float32"
     assert {p.parent.name for p in published.glob("emergence/runs/*/summary.json")} == {EMERGENCE_RUN, f"{EMERGENCE_RUN}-seed1"}
     (before,), (after,) = seeds.collect_seeds([root / "split"]), seeds.collect_seeds([published])
     assert [(r.seed, r.final_val_loss, r.loss_drops) for r in before.rows] == [(r.seed, r.final_val_loss, r.loss_drops) for r in after.rows]
-    assert [ref["name"] for ref in references.load_all(results)] == ["float32"]
+    assert [ref["name"] for ref in references.load_all(results)] == ["dtype-float32"]
 
 
 def test_a_result_from_pieces_on_two_devices_names_both(pieces, tmp_path):
@@ -469,7 +547,7 @@ def test_publish_piece_publishes_pieces_and_recomputes_what_they_share(pieces, t
     root, _ = pieces
     runs = root / "split" / "emergence" / "runs"
     results = tmp_path / "results"
-    sp, publish = publisher(cli, monkeypatch, results, name="constant-clip")
+    sp, publish = publisher(cli, monkeypatch, results, name="lr-constant")
 
     with pytest.raises(UsageError, match="needs --title, --train-command and --notes"):
         publish(runs / f"{EMERGENCE_RUN}-seed1")
@@ -498,9 +576,9 @@ def test_publish_piece_publishes_pieces_and_recomputes_what_they_share(pieces, t
     (em / "timeline" / "seed2").mkdir()
     (em / "timeline" / "seed2" / "timeline.json").write_text("{}")
     assert sp.analysed(em, [2, 3]).endswith("and a timeline for seed 2")
-    assert {p.parent.name for p in (results / "constant-clip").glob("emergence/runs/*/summary.json")} == {
+    assert {p.parent.name for p in (results / "lr-constant").glob("emergence/runs/*/summary.json")} == {
         EMERGENCE_RUN, f"{EMERGENCE_RUN}-s1"}
-    (run,) = seeds.collect_seeds([results / "constant-clip"])
+    (run,) = seeds.collect_seeds([results / "lr-constant"])
     assert [r.seed for r in run.rows] == ["0", "1"]
     with pytest.raises(UsageError, match="holds some of seeds"):
         publish(root / "whole" / "emergence" / "runs" / EMERGENCE_RUN)
@@ -519,7 +597,7 @@ def test_publish_piece_publishes_pieces_and_recomputes_what_they_share(pieces, t
 
 def test_publish_piece_lays_sec8_pieces_out_as_results_sec8_with_maps(tmp_path, cli, monkeypatch):
     """--stage circuits: transformers A-C a seed a run (Sec. 8 at 24,000 steps on a CPU), published
-    as results/sec8 is laid out (circuits/runs/transformers-A-C[-s1], discovered/, maps/) and judged
+    as results/sec8/gpt2 is laid out (circuits/runs/transformers-A-C[-s1], discovered/, maps/) and judged
     on A1-A5 as one result; a timeline (Sec. 9's) is refused there, and a Sec. 8 piece beside a
     Sec. 9 result."""
     from stackedheads.layout import CIRCUITS_RUN
@@ -533,7 +611,7 @@ def test_publish_piece_lays_sec8_pieces_out_as_results_sec8_with_maps(tmp_path, 
     r = cli("attention", runs[0], "--seed", 0, "--out", tmp_path / "maps0" / "seed0")
     assert r.code == 0, r.err
     results = tmp_path / "results"
-    _, publish = publisher(cli, monkeypatch, results, name="sec8-paper-curriculum", stage="circuits")
+    _, publish = publisher(cli, monkeypatch, results, name="tl-stack", stage="circuits")
 
     with pytest.raises(UsageError, match="--timeline belongs to the emergence stage, not circuits"):
         publish(runs[0], timeline=[tmp_path / "disc0"])
@@ -541,7 +619,7 @@ def test_publish_piece_lays_sec8_pieces_out_as_results_sec8_with_maps(tmp_path, 
                     train_command="stackedheads train --preset sec8-smoke --recipe paper-curriculum", notes="Seed 0.")
     assert "stackedheads attention RUN --seed S --out R/circuits/maps/seedS" in first["command"]
     second = publish(runs[1], note="on another CPU")
-    dest = results / "sec8-paper-curriculum"
+    dest = results / "tl-stack"
     assert {p.parent.name for p in dest.glob("circuits/runs/*/summary.json")} == {CIRCUITS_RUN, f"{CIRCUITS_RUN}-s1"}
     assert (dest / "circuits" / "discovered" / "seed0" / "circuit.json").is_file()
     assert {p.name for p in (dest / "circuits" / "maps" / "seed0").iterdir()} >= {"mean.png", "mean.svg"}
@@ -561,12 +639,12 @@ def test_publish_piece_lays_sec8_pieces_out_as_results_sec8_with_maps(tmp_path, 
 
 
 def test_paper_curriculum_is_the_recipe_the_published_screen_names():
-    """The alias follows the evidence: every screen recipe's seeds are in results/sec9-screen,
-    and of them the one nearest the paper is what ``--recipe paper-curriculum`` selects."""
+    """The alias follows the evidence: every screen recipe's seeds are in results/sec9, and of
+    them the one nearest the paper is what ``--recipe paper-curriculum`` selects."""
     root = Path(__file__).resolve().parents[1] / "results"
-    folders = [root / "sec9", *sorted(p for p in (root / "sec9-screen").iterdir() if p.is_dir())]
+    folders = sorted(p for p in (root / "sec9").iterdir() if p.is_dir())
     state = seeds.screen(seeds.collect_seeds(folders))
     assert state["to_run"] == 0, [(r["recipe"], r["to_run"]) for r in state["rows"] if r["to_run"]]
     assert state["closest"] == presets.PAPER_CURRICULUM
     assert presets.get("sec9", "paper-curriculum") == presets.get("sec9", presets.PAPER_CURRICULUM) != presets.get("sec9")
-    assert not presets.RECIPES.get("paper-curriculum").choices  # a name for a screened recipe, not one more to screen
+    assert "paper-curriculum" not in presets.RECIPES  # a name for a screened recipe, not one more to screen

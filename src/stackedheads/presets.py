@@ -21,10 +21,10 @@ or in user code before the command runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from stackedheads import recipes
 from stackedheads.depth import DepthSpec
 from stackedheads.model import ModelConfig
+from stackedheads.recipes import PAPER_CURRICULUM, RECIPES, Recipe  # noqa: F401  (presets' names for them)
 from stackedheads.registry import Registry
 from stackedheads.reproduce import LLMChoice, LLMStage, ReproducePreset
 from stackedheads.sweep import Figure4Spec
@@ -110,86 +110,10 @@ SEC9_SMOKE = TRAIN.register("sec9-smoke", SEC8_SMOKE.override(mlp=False, d_head=
 
 def get(name: str, recipe: str | None = None) -> TrainConfig:
     """A training preset by name (one line naming the known ones when it does not exist), with a
-    named recipe's changes applied (:data:`RECIPES`; None or "gpt2": the preset's own)."""
+    recipe's changes applied (:func:`stackedheads.recipes.recipe`: a name, several joined by "+",
+    an old name or paper-curriculum with a line on stderr; None: the preset's own)."""
     cfg = TRAIN.get(name)
-    return cfg if recipe is None else cfg.override(**RECIPES.get(recipe).changes)
-
-
-# --- recipes: the choices Sec. 7.1 leaves open (issue 39) --------------------------------------
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """A named change to a preset's recipe: ``changes`` are :meth:`TrainConfig.override`'s
-    fields, ``why`` the reading of the paper it stands for, ``choices`` the screen's letters it
-    makes (issue 39's (a)-(i); two or more for a combination, none for the presets' own)."""
-
-    changes: dict
-    why: str
-    choices: tuple[str, ...] = ()
-
-
-RECIPES: Registry[Recipe] = Registry("recipe")
-# The presets' own: warm-up, cosine to 10%, clipping at 1.0, no decay on norms and biases.
-RECIPES.register("gpt2", Recipe({}, "GPT-2's recipe as nanoGPT reads it (Sec. 7.1: 'the recipe of Radford et al. (2019)')"))
-# The recipe screen at Sec. 9.1's settings, one choice at a time from GPT-2's (docs/training.md,
-# "The recipe screen"); each is what the paper's text allows where it is silent.
-RECIPES.register("constant-clip", Recipe(
-    {"warmup_steps": 0, "schedule": "constant"},
-    "(a) Sec. 7.1 names Adam, lr 1e-3 and decay 0.1 only: a constant lr, no warm-up (clipping kept)", ("a",)))
-RECIPES.register("warmup-constant", Recipe(
-    {"schedule": "constant"}, "(b) warm-up, then a constant lr (clipping kept)", ("b",)))
-for n in (2048, 16_384, 65_536):
-    RECIPES.register(f"train-{n}", Recipe(
-        {"n_train": n},
-        f"(c) {n:,} training sequences: Sec. 9.1's '6400 steps (800 epochs), a batch size of 256' is 2,048 a epoch", ("c",)))
-RECIPES.register("torch-in-init", Recipe(
-    {"in_init": "torch"}, "(d) the input projection at PyTorch's nn.Linear default instead of N(0, 0.02)", ("d",)))
-RECIPES.register("resid-sublayers", Recipe(
-    {"resid_scale": "sublayers"}, "(e) residual projections at 0.02/sqrt(residual sublayers): 1/sqrt(L) without MLPs", ("e",)))
-RECIPES.register("pe-pair", Recipe({"pe": "pair"}, "(f) one positional code per input pair (App. B, Def. 3)", ("f",)))
-RECIPES.register("learned-pos", Recipe(
-    {"pos_embed": "learned"}, "(f) a learned position table added, as GPT-2 has", ("f",)))
-RECIPES.register("float32", Recipe({"dtype": "float32"}, "(g) float32 instead of bfloat16 autocast", ("g",)))
-# (h) TransformerLens's initialisation. Sec. 9.1's head size 16 beside d_model 512 and one head is a
-# HookedTransformerConfig's free d_head (GPT-2's is d_model / n_heads), and TransformerLens's train
-# loop ends each epoch after max_steps steps, which reads "6400 steps (800 epochs)" with 262k
-# sequences as 800 epochs of 8 shuffled batches: the stack the paper's numbers fit.
-RECIPES.register("tl-init", Recipe(
-    {"weight_init": "transformer-lens"},
-    "(h) TransformerLens's init: every weight matrix N(0, 0.8/sqrt(d_model)), no residual scaling", ("h",)))
-# (h) + (i): that stack whole, its train loop's optimiser as Sec. 7.1 names it and nothing more
-# (HookedTransformerTrainConfig: AdamW on model.parameters(), warmup_steps 0, no scheduler, no
-# max_grad_norm).
-RECIPES.register("transformer-lens", Recipe(
-    {"weight_init": "transformer-lens", "warmup_steps": 0, "schedule": "constant", "grad_clip": 0.0, "decay_exempt": ()},
-    "(h) + (i): TransformerLens's init and train loop: AdamW, lr 1e-3, weight decay 0.1 on every parameter, "
-    "no warm-up, no schedule, no clipping", ("h", "i")))
-# Combinations of the choices that moved toward the paper. (d) alone holds the plateau for the
-# paper's ~450 epochs but leaves x3 and x4 unlearned at 800 (seed 1: final 0.39), with the lr
-# cosine-decayed to about half when x1 falls; (a) keeps Sec. 7.1's lr of 1e-3 to the end.
-RECIPES.register("torch-in-init-constant", Recipe(
-    {"in_init": "torch", "warmup_steps": 0, "schedule": "constant"},
-    "(d) + (a): the input projection at PyTorch's default, a constant lr of 1e-3, no warm-up (clipping kept)", ("d", "a")))
-# (d) + (b): (d)'s warm-up, then Sec. 7.1's lr held: whether the warm-up or the decay set (d)'s pace.
-RECIPES.register("torch-in-init-warmup-constant", Recipe(
-    {"in_init": "torch", "schedule": "constant"},
-    "(d) + (b): the input projection at PyTorch's default, warm-up, then a constant lr of 1e-3 (clipping kept)", ("d", "b")))
-# (a) + (c): the two choices whose final loss came within 2x of the paper's 0.031 (constant-clip
-# 0.035 over four seeds, 16,384 sequences 0.062 on seed 0, seed 1 0.19 with x4 never learned),
-# each with the presets' plateau.
-RECIPES.register("constant-clip-train-16384", Recipe(
-    {"warmup_steps": 0, "schedule": "constant", "n_train": 16_384},
-    "(a) + (c): a constant lr of 1e-3, no warm-up (clipping kept), 16,384 training sequences", ("a", "c")))
-
-# The recipe the screen names (issue 39): of the recipes whose seeds are all in, the one whose
-# medians come nearest Sec. 9.2's curriculum by `stackedheads seeds`' distance (tests check it
-# against results/sec9-screen). Selectable as itself or as "paper-curriculum"; the presets keep
-# GPT-2's recipe, the one Sec. 7.1 names.
-PAPER_CURRICULUM = "transformer-lens"
-RECIPES.register("paper-curriculum", Recipe(
-    RECIPES.get(PAPER_CURRICULUM).changes,
-    f"the recipe screen's nearest to Sec. 9's curriculum: {PAPER_CURRICULUM} ({RECIPES.get(PAPER_CURRICULUM).why})"))
+    return cfg if recipe is None else cfg.override(**recipes.recipe(recipe).changes)
 
 
 # --- the Figure 4 grids (Sec. 7) ----------------------------------------------------------------

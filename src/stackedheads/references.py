@@ -26,6 +26,7 @@ from stackedheads.storage import (
     RunFolder,
     atomic_write_bytes,
     atomic_write_json,
+    atomic_write_text,
     first_missing,
     folder_kinds,
     lock_holder,
@@ -120,8 +121,22 @@ def git_ignored(paths: list[Path]) -> dict[Path, str]:
             if not pattern.startswith("!")}
 
 
+NAME_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+
+
+def destination(root: str | Path, name: str) -> Path:
+    """Where reference ``name`` goes under the results folder ``root``: ``name`` is one folder name
+    or a path of them ("sec9/tl-stack"), each letters, digits, '.', '_', '+' and '-', starting with a
+    letter or digit, so it stays under ``root``; one line otherwise."""
+    parts = str(name).split("/")
+    if not all(NAME_PART.fullmatch(p) for p in parts):
+        raise UsageError(f"--name {str(name)[:80]!r}: folder names under the results folder joined by '/' "
+                         "(sec9/tl-stack), each letters, digits, '.', '_', '+' and '-'", fields=("name",))
+    return Path(root) / Path(*parts)
+
+
 def publish(src: str | Path, dest: str | Path, *, title: str, command: str, commit: str,
-            wall_s: float | None, notes: str = "", include: tuple[str, ...] = ()) -> Reference:
+            wall_s: float | None, notes: str = "", include: tuple[str, ...] = (), name: str | None = None) -> Reference:
     """Copy ``src``'s small top-level files (and those matching the ``include`` globs, e.g.
     ``discovered/seed*/circuit.json``) into ``dest`` and write its ``reference.json``.
 
@@ -133,8 +148,17 @@ def publish(src: str | Path, dest: str | Path, *, title: str, command: str, comm
     ``dest``), a glob reaching outside ``src``, a file over the size limit, a non-finite wall
     time, an empty title or command, a commit that is no commit, an empty, unfinished or locked
     ``src``, or a file that git would ignore where ``dest`` lies (a fresh clone would lack it)
-    is one line and nothing is copied."""
+    is one line and nothing is copied.
+
+    ``name`` is the reference's name, its path under the results folder (default: ``dest``'s own
+    name, the results folder its parent); that folder's README.md is written again after
+    (:func:`write_index`)."""
     src, dest = Path(src), Path(os.path.abspath(dest))
+    name = dest.name if name is None else name
+    destination(dest, name)  # the name's own rule
+    if not dest.as_posix().endswith("/" + name):
+        raise UsageError(f"{dest} is not where reference {name!r} goes (RESULTS/{name})")
+    root = dest.parents[name.count("/")]
     if not src.is_dir():
         raise UsageError(f"{src} is not a folder")
     _check_record(title, command, commit)
@@ -171,10 +195,11 @@ def publish(src: str | Path, dest: str | Path, *, title: str, command: str, comm
             raise UsageError(f"{src / missing[0]} is missing after the copy; publish again")
         _check_same_claims(src, staging)
         runs = sorted({(staging / f).parent for f in files if Path(f).name == SEGMENTS_FILE})
-        ref = Reference(dest.name, title, command, commit, trained_on(runs) or machine(), wall_s,
+        ref = Reference(name, title, command, commit, trained_on(runs) or machine(), wall_s,
                         time.strftime("%Y-%m-%d"), notes, files)
         atomic_write_json(staging / REFERENCE_FILE, asdict(ref))
         replace_folder(staging, dest)
+        write_index(root)
     finally:
         if staging.exists():
             shutil.rmtree(staging)
@@ -310,9 +335,9 @@ def load(folder: Path) -> dict:
     return {**ref, "claims": found, "tables": tables, "folder": folder}
 
 
-def load_all(root: Path | None) -> list[dict]:
-    """Every reference folder under ``root`` (``results/``), by name, and those of a group one
-    level down (``results/sec9-screen/<recipe>/``: a folder with no reference.json of its own)."""
+def reference_folders(root: Path | None) -> list[Path]:
+    """Every reference folder under ``root`` (``results/``), by path: those at its top and those of
+    a group one level down (``results/sec9/<recipe>/``: a folder with no reference.json of its own)."""
     if root is None or not root.is_dir():
         return []
     found = []
@@ -321,4 +346,65 @@ def load_all(root: Path | None) -> list[dict]:
             found.append(p)
         elif p.is_dir() and not p.is_symlink():
             found += [q for q in sorted(p.iterdir()) if (q / REFERENCE_FILE).exists()]
-    return [load(p) for p in found]
+    return found
+
+
+def load_all(root: Path | None) -> list[dict]:
+    """Every reference folder under ``root`` (:func:`reference_folders`), loaded (:func:`load`)."""
+    return [load(p) for p in reference_folders(root)]
+
+
+# --- results/README.md ---------------------------------------------------------------------------
+
+INDEX_FILE = "README.md"
+# What each group of results/ reproduces; a group not named here is listed under its folder's name.
+GROUPS = {"sec4": "Section 4: language models on the task (Figure 2)",
+          "sec8": "Section 8: transformers A-C, circuits at the paper's settings",
+          "sec9": "Section 9: transformer D, emergence at the paper's settings, one folder a recipe",
+          "depth": "Beyond the paper: layers needed against depth"}
+
+
+def _cell(text: object) -> str:
+    """``text`` in one Markdown table cell: on one line, with '|' and HTML escaped."""
+    import html
+
+    return html.escape(" ".join(str(text).split()), quote=False).replace("|", "\\|")
+
+
+def _wall(wall_s: object) -> str:
+    if not isinstance(wall_s, (int, float)) or isinstance(wall_s, bool):
+        return "-"
+    return f"{wall_s / 3600:.1f} h" if wall_s >= 3600 else f"{wall_s / 60:.0f} min" if wall_s >= 60 else f"{wall_s:.0f} s"
+
+
+def index_markdown(root: Path) -> str:
+    """``results/README.md``: every reference under ``root``, one table row each (its folder
+    linked, title, machine, wall time, date), grouped by section, from each reference.json alone."""
+    groups: dict[str, list[list[str]]] = {}
+    for folder in reference_folders(root):
+        ref = read_state_json(folder / REFERENCE_FILE, "a reference's record")
+        rel = folder.relative_to(root).as_posix()
+        group = rel.split("/")[0] if "/" in rel else ""
+        groups.setdefault(group, []).append(
+            [f"[{_cell(rel)}]({rel}/)", _cell(ref.get("title", "")), _cell(ref.get("machine", "")),
+             _wall(ref.get("wall_s")), _cell(ref.get("date", ""))])
+    lines = ["# Reference results", "",
+             "The small files of finished runs (configs, metrics, summaries, circuits, figures; never checkpoints),",
+             "each folder with a `reference.json` that says how it was made (command, commit, machine, wall time).",
+             "`stackedheads claims results/<folder>` re-judges a folder from its files; `stackedheads seeds results/sec9/*`",
+             "sets the Section 9 recipes side by side.", "",
+             "Written by `stackedheads publish` from every reference.json; `stackedheads results-index` writes it again.",
+             "Do not edit it by hand: a test compares it with what the references say.", ""]
+    order = [g for g in GROUPS if g in groups] + sorted(g for g in groups if g not in GROUPS)
+    for group in order:
+        lines += [f"## {GROUPS.get(group, group or 'Other')}", "",
+                  "| folder | what | machine | wall time | date |", "|---|---|---|---|---|",
+                  *("| " + " | ".join(row) + " |" for row in groups[group]), ""]
+    return "\n".join(lines)
+
+
+def write_index(root: Path) -> Path:
+    """Write ``root/README.md`` (:func:`index_markdown`) and return its path."""
+    path = Path(root) / INDEX_FILE
+    atomic_write_text(path, index_markdown(Path(root)))
+    return path

@@ -19,15 +19,18 @@ seeds: the final losses and each partial loss's fall below C2's threshold, from 
 stage trained in pieces is one run (:mod:`stackedheads.pieces`); a piece still training is
 named, not counted.
 
-The distance to Sec. 9's curriculum, one number per run (:func:`distance`)::
+The distance to Sec. 9's curriculum (:func:`distance`), per seed::
 
-    |ln(x1's fall / 450 epochs)| + |ln(final val MSE / 0.031)| + (1 - share of seeds in order)
+    |ln(x1's fall / 450 epochs)| + |ln(final val MSE / 0.031)| + (0 if its losses fall in order, else 1)
 
-on the medians over seeds. The plateau term is x1's fall below C2's threshold for every run,
-circuits or not, so runs compare like for like; a seed whose x1 never fell counts at the run's
-length (a lower bound, shown as ">="). "In order" is x1..xD falling at strictly increasing
-evaluations (one at a time, in chain order). 0 is the paper; a factor of e off in plateau or
-loss adds 1, a run with no seed in order adds 1.
+and a run's distance is the median over its seeds, shown with their range (a run whose seeds
+end far apart shows as that, not as the median of mixed outcomes). The plateau term is x1's fall
+below C2's threshold for every run, circuits or not, so runs compare like for like; a seed whose
+x1 never fell counts at the run's length (a lower bound, shown as ">="). "In order" is x1..xD
+falling at strictly increasing evaluations (one at a time, in chain order). 0 is the paper; a
+factor of e off in plateau or loss adds 1, losses out of order add 1. Beside x1's fall the tables
+give x1's time to 0.8 (the first evaluation its partial loss is below 0.8: onto the 1 - 1/N
+plateau), so a recipe that only slows everything shows as that.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ class SeedRow:
     plateau_epochs: float | None = None  # Sec. 9: epochs before the first path serving a position crosses 0.5
     plateau_from: str | None = None  # "path" (a timeline's first serving path) or "x1" (x1's loss falls below C2's threshold)
     drop_epochs: dict[str, float | None] | None = None  # loss_drops on the epoch axis
+    x1_below_08_epochs: float | None = None  # Sec. 9: first evaluated epoch x1's partial loss is below 0.8
     run_epochs: float | None = None  # the run's length in epochs (where a never-fallen x1 is censored)
     train_val_gap: float | None = None  # val minus the training batches' loss (before each update) over the final window
     first_paths: list[str] = field(default_factory=list)
@@ -106,6 +110,7 @@ class RunSeeds:
             out["x1_fall_epochs"] = spread([v for v, _ in falls])
             if out["x1_fall_epochs"]:
                 out["x1_fall_epochs"]["censored"] = sum(c for _, c in falls)
+            out["x1_below_08_epochs"] = spread([r.x1_below_08_epochs for r in self.rows if r.x1_below_08_epochs is not None])
             out["unfinished_pieces"] = list(self.unfinished)
             out["train_val_gap"] = spread([r.train_val_gap for r in self.rows if r.train_val_gap is not None])
             # In order means every position did it, at strictly increasing steps (E3's and E4's shape).
@@ -114,7 +119,7 @@ class RunSeeds:
             out["emerged_in_order"] = sum(r.emergence_order == "in order" and None not in r.emerged_at.values()
                                           for r in self.rows if r.emerged_at)
         if self.section == "sec9":
-            out["distance"] = distance(out)
+            out["distance"] = distance(self.rows)
         useful = [r.useful_heads for r in self.rows if r.useful_heads is not None]
         out["useful_heads"] = spread(useful)
         ids = sorted({k for r in self.rows for k in r.verdicts})
@@ -126,20 +131,46 @@ class RunSeeds:
                 "seeds": [asdict(r) for r in self.rows], "summary": self.summary()}
 
 
-def distance(summary: dict) -> dict:
-    """A sec9 run's distance to the paper's curriculum (the module's formula) and its three
-    terms, from :meth:`RunSeeds.summary`; ``value`` None when a term cannot be measured (no final
-    loss, no partial losses), named in ``missing``. ``at_least``: the plateau term rests on a
-    seed that never left the plateau (its median is a lower bound)."""
+X1_PLATEAU_LOSS = 0.8  # x1's partial loss below this: on the 1 - 1/N plateau (0.75 at N = 4), the first fall done
+
+
+def in_order(row: SeedRow) -> bool:
+    """Whether every position's loss fell, at strictly increasing evaluations (E4's shape)."""
+    return bool(row.loss_drops) and row.loss_drop_order == "in order" and None not in row.loss_drops.values()
+
+
+def seed_distance(row: SeedRow) -> dict | None:
+    """One seed's distance to the paper's curriculum (the module's formula) and its three terms;
+    None when it has no final loss or no partial losses (or one is 0: a log of 0 has no distance).
+    ``at_least``: x1 never fell, so the plateau term is a lower bound."""
     paper = PAPER["sec9"]
-    f, p, n = summary["final_val_loss"], summary["x1_fall_epochs"], summary["loss_drop_seeds"]
-    missing = [name for name, ok in (("final val MSE", f), ("partial losses", n and p)) if not ok]
-    if missing or f["median"] <= 0 or p["median"] <= 0:  # a log of 0 has no distance to give
-        return {"value": None, "missing": missing or ["a positive median"]}
-    terms = {"plateau": abs(math.log(p["median"] / paper["plateau_epochs"])),
-             "final": abs(math.log(f["median"] / paper["final_val_loss"])),
-             "order": 1.0 - summary["loss_drops_in_order"] / n}
-    return {"value": sum(terms.values()), **terms, "at_least": p["censored"] > 0}
+    x1, censored = _x1_fall(row)
+    if x1 is None or not row.final_val_loss or x1 <= 0 or row.final_val_loss <= 0:
+        return None
+    terms = {"plateau": abs(math.log(x1 / paper["plateau_epochs"])),
+             "final": abs(math.log(row.final_val_loss / paper["final_val_loss"])),
+             "order": 0.0 if in_order(row) else 1.0}
+    return {"value": sum(terms.values()), **terms, "at_least": censored}
+
+
+def distance(rows: list[SeedRow]) -> dict:
+    """A sec9 run's distance to the paper's curriculum: the median of its seeds' distances
+    (:func:`seed_distance`) as ``value``, their ``min`` and ``max``, each seed's in ``per_seed``,
+    and the terms over the seeds (``plateau``, ``final``: medians; ``order``: the share of seeds
+    out of order). ``value`` None when no seed can be measured, what is missing named in
+    ``missing``. ``at_least``: a seed never left the plateau, so the median is a lower bound."""
+    per = {r.seed: d for r in rows if (d := seed_distance(r)) is not None}
+    if not per:
+        missing = [name for name, ok in (("final val MSE", any(r.final_val_loss for r in rows)),
+                                         ("partial losses", any(r.drop_epochs for r in rows))) if not ok]
+        return {"value": None, "missing": missing or ["a positive x1 fall and final val MSE"]}
+    values = [d["value"] for d in per.values()]
+    return {"value": statistics.median(values), "min": min(values), "max": max(values),
+            "plateau": statistics.median(d["plateau"] for d in per.values()),
+            "final": statistics.median(d["final"] for d in per.values()),
+            "order": sum(d["order"] for d in per.values()) / len(per),
+            "at_least": any(d["at_least"] for d in per.values()), "seeds": len(per),
+            "per_seed": {s: d["value"] for s, d in per.items()}}
 
 
 # Issue 39's rule for the recipe screen: two seeds of every choice, four of one that moved the
@@ -162,22 +193,36 @@ def _x1_fall(row: SeedRow) -> tuple[float | None, bool]:
     return (x1, False) if x1 is not None else (row.run_epochs, True)
 
 
+def screened_name(label: str) -> str | None:
+    """The recipe a run's label names (today's name for an old one; several joined by "+"), or
+    None: the presets' own (gpt2) or a label that is no recipe."""
+    from stackedheads.recipes import canonical
+
+    try:
+        name = canonical(label, note=None)
+    except UsageError:
+        return None
+    return None if name == "gpt2" else name
+
+
 def screen(runs: list[RunSeeds]) -> dict | None:
     """The recipe screen's state by issue 39's rule, or None when no sec9 run is labelled with a
-    screen recipe's name (:data:`stackedheads.presets.RECIPES` with choices) or no other sec9 run
-    is there to be the baseline.
+    recipe's name or no other sec9 run is there to be the baseline.
 
-    The baseline is the first sec9 run given that is not a screen recipe (``results/sec9``, the
-    presets' recipe). A choice "moved" when its median, or any one of its seeds, puts x1's fall
-    or the final val MSE 2x or more closer to the paper's (450 epochs, 0.031) than the baseline's
-    median (:func:`toward`): one seed of two that moved may be the choice's effect, and more seeds
-    decide it. Every registered screen recipe is listed, with 0 seeds where no run of it was given.
+    The baseline is the run labelled gpt2 (``results/sec9/gpt2``, the presets' recipe), else the
+    first sec9 run given whose label is no recipe. A choice "moved" when its median, or any one of
+    its seeds, puts x1's fall or the final val MSE 2x or more closer to the paper's (450 epochs,
+    0.031) than the baseline's median (:func:`toward`): one seed of two that moved may be the
+    choice's effect, and more seeds decide it. Every recipe of :data:`stackedheads.recipes.SCREEN`
+    is listed, with 0 seeds where no run of it was given; a run of another recipe (decay-all) is
+    in the distance table, not the screen.
     """
-    from stackedheads.presets import RECIPES
+    from stackedheads.recipes import SCREEN, recipe
 
     sec9 = [r for r in runs if r.section == "sec9"]
-    screened = {r.label: r for r in sec9 if r.label in RECIPES and RECIPES.get(r.label).choices}
-    base = next((r for r in sec9 if r.label not in screened), None)
+    screened = {name: r for r in sec9 if (name := screened_name(r.label)) in SCREEN}
+    base = next((r for r in sec9 if r.label == "gpt2"), None) or next(
+        (r for r in sec9 if screened_name(r.label) is None), None)
     if not screened or base is None:
         return None
     b, paper = base.summary(), PAPER["sec9"]
@@ -186,10 +231,8 @@ def screen(runs: list[RunSeeds]) -> dict | None:
     ref = {"x1's fall": (b["x1_fall_epochs"]["median"], paper["plateau_epochs"], "{:.0f} epochs"),
            "final val MSE": (b["final_val_loss"]["median"], paper["final_val_loss"], "{:.4f}")}
     rows = []
-    for name in RECIPES:
-        choices = RECIPES.get(name).choices
-        if not choices:
-            continue
+    for name in SCREEN:
+        choices = recipe(name, note=None).choices
         run, moved = screened.get(name), []
         s = run.summary() if run is not None else {"distance": {"value": None, "missing": ["seeds"]}}
         if run is not None:
@@ -204,9 +247,9 @@ def screen(runs: list[RunSeeds]) -> dict | None:
                 if hits:
                     moved.append(f"{measure}: {', '.join(hits)}")
         n = len(run.rows) if run is not None else 0
-        wanted = MOVED_SEEDS if len(choices) > 1 or moved else SCREEN_SEEDS
-        row = {"recipe": name, "choices": " + ".join(f"({c})" for c in choices), "seeds": n, "moved": moved,
-               "why": "a combination" if len(choices) > 1 else "moved 2x toward the paper" if moved else "did not move",
+        wanted = MOVED_SEEDS if choices > 1 or moved else SCREEN_SEEDS
+        row = {"recipe": name, "seeds": n, "moved": moved,
+               "why": "a combination" if choices > 1 else "moved 2x toward the paper" if moved else "did not move",
                "wanted": wanted, "to_run": max(0, wanted - n), "distance": s["distance"]}
         row["verdict"] = _verdict(row, base.label, b["distance"])
         rows.append(row)
@@ -278,9 +321,9 @@ def closest_line(state: dict) -> str | None:
 
 def screen_table(state: dict) -> tuple[list[str], list[list[str]]]:
     """Header and rows of :func:`screen`'s state (the console's and Markdown's)."""
-    head = ["recipe", "choice", "seeds", f"2x toward the paper (beside {state['baseline']})", "seeds wanted", "to run",
+    head = ["recipe", "seeds", f"2x toward the paper (beside {state['baseline']})", "seeds wanted", "to run",
             "verdict"]
-    return head, [[r["recipe"], r["choices"], str(r["seeds"]), "; ".join(r["moved"]) or "-",
+    return head, [[r["recipe"], str(r["seeds"]), "; ".join(r["moved"]) or "-",
                    f"{r['wanted']} ({r['why']})", str(r["to_run"]) if r["to_run"] else "done", r["verdict"]]
                   for r in state["rows"]]
 
@@ -336,6 +379,10 @@ def _from_metrics(row: SeedRow, rows: list[dict], config: dict) -> None:
 
     cfg = TrainConfig.from_dict(config)
     last = max(r["step"] for r in mine)
+    below = [r["step"] for r in sorted(mine, key=lambda r: r["step"]) if r.get("val_x1") is not None
+             and r["val_x1"] < X1_PLATEAU_LOSS]
+    if below and config.get("task", {}).get("ic", True):
+        row.x1_below_08_epochs = cfg.epoch(below[0])
     if row.loss_drops is not None:
         row.drop_epochs = {k: None if v is None else cfg.epoch(v) for k, v in row.loss_drops.items()}
         row.run_epochs = cfg.epoch(last)
@@ -522,17 +569,19 @@ def seed_table(run: RunSeeds) -> tuple[list[str], list[list[str]]]:
     ids = sorted({k for r in run.rows for k in r.verdicts})
     head = ["seed", "final val MSE", "max partial"]
     if run.section == "sec9":
-        head += ["x1.. below C2 (steps)", "gaps (epochs)", "plateau (epochs)", "train-val gap", "first paths",
-                 "x1.. emerged (checkpoint)"]
+        head += ["x1 below 0.8 (epoch)", "x1.. below C2 (steps)", "gaps (epochs)", "plateau (epochs)", "train-val gap",
+                 "first paths", "x1.. emerged (checkpoint)", "distance"]
     head += ["useful heads", "unexplained rows", "shortcut heads", *ids]
     rows = []
     for r in run.rows:
         cells = [r.seed, _num(r.final_val_loss), _num(max(r.final_partial.values(), default=None))]
         if run.section == "sec9":
-            cells += [_steps(r.loss_drops), _gaps(r.drop_epochs),
+            d = seed_distance(r)
+            cells += [_num(r.x1_below_08_epochs, 0), _steps(r.loss_drops), _gaps(r.drop_epochs),
                       _num(r.plateau_epochs, 0) + (" (x1)" if r.plateau_from == "x1" else ""),
                       "-" if r.train_val_gap is None else f"{r.train_val_gap:+.4f}", ", ".join(r.first_paths) or "-",
-                      _steps(r.emerged_at, r.no_path_of_its_own) + (f" ({r.emergence_order})" if r.emergence_order else "")]
+                      _steps(r.emerged_at, r.no_path_of_its_own) + (f" ({r.emergence_order})" if r.emergence_order else ""),
+                      "-" if d is None else f"{'>=' * d['at_least']}{d['value']:.2f}"]
         cells += ["-" if r.useful_heads is None else f"{r.useful_heads}" + (f" of {r.n_heads}" if r.n_heads else ""),
                   "-" if r.unexplained_rows is None else str(r.unexplained_rows),
                   "-" if r.shortcut_heads is None else str(r.shortcut_heads),
@@ -560,6 +609,11 @@ def distribution_lines(run: RunSeeds) -> list[str]:
                      + f" (paper: about {paper['plateau_epochs']:.0f})")
         if x1 and s["timelines"]:
             lines.append(f"x1's fall below C2's threshold: median {x1['median']:.0f} epochs (the distance's plateau term)")
+        if s["x1_below_08_epochs"]:
+            e = s["x1_below_08_epochs"]
+            lines.append(f"x1's loss below {X1_PLATEAU_LOSS} (onto the plateau): median {e['median']:.0f} epochs "
+                         f"(range {e['min']:.0f}-{e['max']:.0f})"
+                         + (f"; below C2's threshold: median {'>=' * bool(x1['censored'])}{x1['median']:.0f}" if x1 else ""))
         of = f"{s['loss_drop_seeds']} seed" + ("s" if s["loss_drop_seeds"] != 1 else "")
         lines.append(f"partial losses in chain order: {s['loss_drops_in_order']} of {of}"
                      + (f"; paths emerged in chain order: {s['emerged_in_order']} of {s['timelines']} with a timeline"
@@ -567,7 +621,7 @@ def distribution_lines(run: RunSeeds) -> list[str]:
         if s["train_val_gap"]:
             g = s["train_val_gap"]
             lines.append(f"val minus the training batches' loss over the final window: median {g['median']:+.4f} "
-                         f"(range {g['min']:+.4f} to {g['max']:+.4f}; memorising shows far above the 0.001 of results/sec9)")
+                         f"(range {g['min']:+.4f} to {g['max']:+.4f}; memorising shows far above the 0.001 of results/sec9/gpt2)")
         lines.append(distance_text(s["distance"]))
         if run.unfinished:
             lines.append(f"not counted: {', '.join(run.unfinished)} (still training: no summary.json)")
@@ -585,29 +639,34 @@ def distance_text(d: dict) -> str:
     if d["value"] is None:
         return f"distance to the paper: not measured ({', '.join(d['missing'])} missing)"
     at_least = "at least " if d["at_least"] else ""
-    return (f"distance to the paper: {at_least}{d['value']:.2f} (plateau {d['plateau']:.2f} + final {d['final']:.2f} "
-            f"+ order {d['order']:.2f}; 0 is the paper)")
+    n = f"{d['seeds']} seed" + "s" * (d["seeds"] != 1)
+    return (f"distance to the paper: {at_least}{d['value']:.2f}, the median over {n} (range {d['min']:.2f}-{d['max']:.2f}; "
+            f"terms: plateau {d['plateau']:.2f} and final {d['final']:.2f} as medians, {d['order']:.0%} of seeds out of "
+            "order; 0 is the paper)")
 
 
 def distance_table(runs: list[RunSeeds]) -> tuple[list[str], list[list[str]]]:
-    """Every sec9 run on one line, closest to the paper first: its medians, how many of its seeds
-    pass each of E1-E4 ("-" where none was judged: no circuits, so no E1-E3) and its distance."""
-    head = ["run", "seeds", "final val MSE", "x1 falls (epoch)", "in chain order", "E1, E2, E3, E4 passing", "distance"]
+    """Every sec9 run on one line, closest to the paper first: its medians (x1's time to 0.8 beside
+    its fall below C2's threshold), how many of its seeds pass each of E1-E4 ("-" where none was
+    judged: no circuits, so no E1-E3) and its distance, the median of its seeds', with their range."""
+    head = ["run", "seeds", "final val MSE", "x1 below 0.8 (epoch)", "x1 falls (epoch)", "in chain order",
+            "E1, E2, E3, E4 passing", "distance (median)", "distance (range)"]
     rows, paper = [], PAPER["sec9"]
     for run in runs:
         if run.section != "sec9":
             continue
         s = run.summary()
-        f, p, d = s["final_val_loss"], s["x1_fall_epochs"], s["distance"]
+        f, p, d, e = s["final_val_loss"], s["x1_fall_epochs"], s["distance"], s["x1_below_08_epochs"]
         ge = ">=" if p and p["censored"] else ""
         rows.append((d["value"] if d["value"] is not None else math.inf, [
-            run.label, str(s["seeds"]), "-" if not f else f"{f['median']:.4f}", "-" if not p else f"{ge}{p['median']:.0f}",
-            f"{s['loss_drops_in_order']} of {s['loss_drop_seeds']}",
+            run.label, str(s["seeds"]), "-" if not f else f"{f['median']:.4f}", "-" if not e else f"{e['median']:.0f}",
+            "-" if not p else f"{ge}{p['median']:.0f}", f"{s['loss_drops_in_order']} of {s['loss_drop_seeds']}",
             ", ".join(str(s["verdicts"][c].get(PASS, 0)) if c in s["verdicts"] else "-" for c in ("E1", "E2", "E3", "E4"))
-            + f" of {s['seeds']}", "-" if d["value"] is None else f"{ge}{d['value']:.2f}"]))
+            + f" of {s['seeds']}", "-" if d["value"] is None else f"{'>=' * d['at_least']}{d['value']:.2f}",
+            "-" if d["value"] is None else f"{d['min']:.2f}-{d['max']:.2f}"]))
     rows.sort(key=lambda r: r[0])
-    return head, [r for _, r in rows] + ([["paper (Sec. 9.2)", "", f"{paper['final_val_loss']}",
-                                           f"{paper['plateau_epochs']:.0f}", "every seed", "every seed", "0"]] if rows else [])
+    return head, [r for _, r in rows] + ([["paper (Sec. 9.2)", "", f"{paper['final_val_loss']}", "",
+                                           f"{paper['plateau_epochs']:.0f}", "every seed", "every seed", "0", ""]] if rows else [])
 
 
 def comparison_lines(rows: list[dict]) -> list[str]:
