@@ -142,7 +142,10 @@ def _e3(tmp_path, t):
 def test_claims_prints_readings_and_refuses_an_unknown_one(cli):
     code, out, err = cli("claims", ROOT / "results" / "sec9" / "gpt2", "--readings", "--reading", "first-path")
     assert code == 0, err
-    assert "E3:" in out and "first-path (primary)" in out and "last-path" not in out.split("E3:")[1].split("\n\n")[0].replace("first-path", "")
+    e3 = out[out.index("E3: "):]
+    rows = [line for line in e3.splitlines() if line.startswith("│")]
+    assert rows and all("first-path" in row for row in rows[:1]) and "yes" in rows[0]
+    assert not any("last-path" in row or "query-path" in row for row in rows)
     code, _, err = cli("claims", ROOT / "results" / "sec9" / "gpt2", "--reading", "nope")
     assert code == 2 and err.count("\n") == 1 and "unknown reading 'nope'" in err
 
@@ -231,3 +234,18 @@ def test_a_reading_whose_file_is_missing_is_inconclusive_and_says_so(tmp_path, m
     assert {r.verdict for r in e3.readings} == {INCONCLUSIVE}
     assert all("no timeline" in r.measured for r in e3.readings)
     assert t  # the same timeline, written, decides (test_e3_readings_time_the_same_timeline_differently)
+
+
+def test_every_published_claims_file_is_the_claims_judged_now():
+    """Every reference's claims.json holds what `claims` gives from its files today, every
+    reading's verdict and the robustness included: a published verdict never goes stale."""
+    from stackedheads import references
+
+    folders = [f for f in references.reference_folders(ROOT / "results") if (f / "claims.json").exists()]
+    assert len(folders) >= 20
+    for folder in folders:
+        published = json.loads((folder / "claims.json").read_text())
+        now = [c.to_dict() for c in claims.folder_claims(folder)]
+        key = [(c["id"], c["verdict"], c["robust_verdict"], [(r["reading"], r["verdict"]) for r in c["readings"]]) for c in now]
+        assert key == [(c["id"], c["verdict"], c.get("robust_verdict"), [(r["reading"], r["verdict"]) for r in c.get("readings", [])])
+                       for c in published], folder

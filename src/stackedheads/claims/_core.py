@@ -184,10 +184,10 @@ def readings_table(found: list[Claim], only: list[str] | None = None):
             continue
         seeds = sorted({s for r in rows for s in r.seeds}, key=lambda s: int(s) if s.isdigit() else s)
         t = Table(title=f"{c.id}: {c.robust_verdict} ({c.robustness})")
-        for col in ("reading", "verdict", *(f"seed {s}" for s in seeds)):
-            t.add_column(col)
+        for col in ("reading", "primary", "verdict", *(f"seed {s}" for s in seeds)):
+            t.add_column(col, no_wrap=col == "reading")
         for r in rows:
-            t.add_row(r.reading + (" (primary)" if r.primary else ""), r.verdict, *(r.seeds.get(s, "-") for s in seeds))
+            t.add_row(r.reading, "yes" if r.primary else "", r.verdict, *(r.seeds.get(s, "-") for s in seeds))
         out.append(t)
     return out
 
