@@ -3,7 +3,7 @@ position and the chain role each position holds (``position-role-map``).
 
 App. E replaces a head that does "no useful computation" with uniform attention or the identity:
 two maps that depend on the positions alone. A row no named rule explains may still attend by
-position alone (README: heads that follow positions rather than the roles s_i); its mean map
+position alone (docs/results.md, "Shortcuts": heads that follow positions rather than the roles s_i); its mean map
 over sequences then reproduces it, while a row that reads by content loses what it read, since
 the chains are shuffled within each step (Sec. 6) and average out. ``position-map`` is that
 map. ``position-role-map`` also keys it by what each position holds relative to the token

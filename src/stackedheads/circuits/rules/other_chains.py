@@ -2,7 +2,7 @@
 
 ``o+0`` is the other chains' token of the same step and role: Sec. 6 shuffles the chains only
 within a step, so those sit in the same block, next to the token. Reading them tells a head
-what its own chain is *not* (README: the 1-layer twin puts weight on the other chain's first
+what its own chain is *not* (docs/results.md, "Shortcuts": the 1-layer twin puts weight on the other chain's first
 token), which is no retrieval along the query's chain (Fig. 5); the paths are
 :data:`~.CROSS_CHAIN` (``o4``) and are reported apart from retrieval.
 

@@ -3,7 +3,7 @@
 Such a head reads whatever token sits there, whichever chain it belongs to: not the paper's
 content-based retrieval (Sec. 8, Fig. 5) but a shortcut the layout allows. Sec. 6 groups the
 pairs by step and only shuffles the chains within a step, so with few chains a fixed position
-holds the answer in a large share of the sequences (README: a 1-layer model at N = 2, D = 1
+holds the answer in a large share of the sequences (docs/results.md, "Shortcuts": a 1-layer model at N = 2, D = 1
 reads positions 1 and 3 and lets its MLP choose). Their paths are :data:`~.POSITIONAL`
 (``p7``, ``t-3``) and are reported as shortcuts, apart from retrieval paths.
 
