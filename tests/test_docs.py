@@ -328,3 +328,45 @@ def test_cheap_examples_print_what_the_docs_show(cli, monkeypatch, page, line, a
     got = [s.rstrip() for s in r.out.splitlines()]
     want = [s.rstrip() for s in output]
     assert got == want, f"{rel(page)}:{line}: `{' '.join(args)}` prints other lines than the page shows"
+
+
+# --- the README as a front page ------------------------------------------------------------------
+
+README_MAX_LINES = 220
+TABLE_WITHIN = 60  # the paper's sections and their verdicts are on the first screen
+SECTIONS = ("Sec. 3", "Sec. 4", "Sec. 5", "Sec. 7", "Sec. 8", "Sec. 9", "beyond")
+
+
+def test_the_readme_is_a_front_page():
+    """README.md is short, and its first 60 lines hold the table of the paper's sections with a
+    verdict and its robustness for each, and the link to the tutorial."""
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines, at most {README_MAX_LINES}"
+    top = lines[:TABLE_WITHIN]
+    header = next((i for i, s in enumerate(top) if s.startswith("|") and "verdict (primary reading)" in s), None)
+    assert header is not None, f"no table with a 'verdict (primary reading)' column in README.md's first {TABLE_WITHIN} lines"
+    assert "robustness" in top[header], "the sections' table has no 'robustness' column"
+    rows = [s for s in top[header + 2:] if s.startswith("|")]
+    firsts = {s.split("|")[1].strip() for s in rows}
+    missing = [s for s in SECTIONS if not any(f.startswith(s) for f in firsts)]
+    assert not missing, f"the sections' table has no row for {missing}"
+    assert any("docs/tutorial.ipynb" in s for s in top), "the tutorial is not linked in README.md's first screen"
+
+
+def test_the_results_folders_the_readme_names_exist():
+    """Every ``results/...`` path the README names in a code span exists: a published reference,
+    a folder of them, or results/README.md."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`(results/[\w./*+<>-]+?)/?`", text))
+    assert named, "the README names no results/ folder"
+    problems = []
+    for name in sorted(named):
+        if "<" in name:  # a pattern in words, e.g. results/sec9/<recipe>
+            name = name.split("<")[0].rstrip("/")
+        if name.endswith(".md"):
+            if not (ROOT / name).is_file():
+                problems.append(name)
+            continue
+        if not [p for p in ROOT.glob(name) if p.is_dir()]:
+            problems.append(name)
+    assert not problems, f"README.md names results folders that do not exist: {problems}"
