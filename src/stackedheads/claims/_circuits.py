@@ -89,7 +89,7 @@ def heads_text(found: dict) -> str:
         mapped_text(found, *row) for row in found.get("mapped_rows", []))]))
     # Rows a retrieval rule replaces while covering little of their attention: said, not hidden.
     weak = [d for d in found.get("diagnosis", []) if d.get("rule_covered") is not None
-            and d.get("rule_kind") == "retrieval" and d["rule_covered"] < WEAK]
+            and d.get("rule_kind") == "retrieval" and LABEL_COVER <= d["rule_covered"] < WEAK]
     return (f"{len(found['retrieval_heads'])} retrieval heads with paths along the chain"
             + (" (" + ", ".join(f"L{d['layer']}.{d['head']} {d['role']}'s {d['rule']} covers only "
                                 f"{d['rule_covered']:.0%} of its attention" for d in weak) + ")" if weak else "")
