@@ -373,6 +373,8 @@ def test_e4_of_pieces_without_circuits_reads_each_seeds_own_metrics(tmp_path, cl
     assert "seed 0: in order: first evaluated step below the C2 threshold: x1 200, x2 500 (metrics.csv)" in e4.measured
     assert "seed 1: out of order: first evaluated step below the C2 threshold: x1 600, x2 300 (metrics.csv)" in e4.measured
     assert "seed 2: undecided: first evaluated step below the C2 threshold: x1 400, x2 never (metrics.csv)" in e4.measured
+    # The piece still training is named, as `seeds` names it, and not counted.
+    assert e4.measured.endswith("; not counted: transformer-D-zz (still training: no summary.json)"), e4.measured
     table = section_seeds(folder, "emergence", "t")
     assert {r.seed: r.verdicts["E4"] for r in table.rows} == {"0": PASS, "1": FAIL, "2": INCONCLUSIVE}
     assert table.unfinished == ["transformer-D-zz"]

@@ -279,6 +279,20 @@ def read_discovery(path: Path, stage_dir: Path) -> dict:
     return read_json(path, DISCOVERY_SUMMARY, stage_dir)
 
 
+def with_unfinished(found: list, stage_dir: Path, run_name: str) -> list:
+    """``found`` with the stage's pieces still training named in each judged claim: they hold
+    no seed of the result (no summary.json), so what the claims say leaves them out."""
+    from dataclasses import replace
+
+    from stackedheads.claims._core import NOT_RUN
+
+    still = [d.name for d in pieces.unfinished(stage_dir, run_name)]
+    if not still:
+        return found
+    note = f"; not counted: {', '.join(still)} (still training: no summary.json)"
+    return [c if c.verdict == NOT_RUN else replace(c, measured=c.measured + note) for c in found]
+
+
 def no_summary(stage: dict) -> str:
     return f"{stage['missing']} is missing (the training run's final losses this claim needs)"
 

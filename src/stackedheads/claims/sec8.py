@@ -18,6 +18,7 @@ from stackedheads.claims._circuits import (
     row_text,
     stage_from_files,
     validation_readings,
+    with_unfinished,
 )
 from stackedheads.claims._core import (
     FAIL,
@@ -134,6 +135,9 @@ def circuit_claims(stage: dict | None) -> list[Claim]:
     ]
 
 
-SECTIONS.register("sec8", Section(
-    SEC8, 8, "circuits", lambda run: circuit_claims(stage_from_files(Path(run) / "circuits", CIRCUITS_RUN))
-))
+def _folder_claims(run: Path) -> list[Claim]:
+    stage_dir = Path(run) / "circuits"
+    return with_unfinished(circuit_claims(stage_from_files(stage_dir, CIRCUITS_RUN)), stage_dir, CIRCUITS_RUN)
+
+
+SECTIONS.register("sec8", Section(SEC8, 8, "circuits", _folder_claims))

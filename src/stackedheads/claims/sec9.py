@@ -21,6 +21,7 @@ from stackedheads.claims._circuits import (
     times_order,
     training_summary,
     validation_readings,
+    with_unfinished,
 )
 from stackedheads.claims._core import (
     FAIL,
@@ -197,7 +198,8 @@ def metric_drops(stage_dir: Path, run_name: str = EMERGENCE_RUN) -> dict[str, di
 
 def _folder_claims(run: Path) -> list[Claim]:
     stage_dir = Path(run) / "emergence"
-    return emergence_claims(stage_from_files(stage_dir, EMERGENCE_RUN), timeline(stage_dir), metric_drops(stage_dir))
+    found = emergence_claims(stage_from_files(stage_dir, EMERGENCE_RUN), timeline(stage_dir), metric_drops(stage_dir))
+    return with_unfinished(found, stage_dir, EMERGENCE_RUN)
 
 
 
