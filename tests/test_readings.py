@@ -5,7 +5,6 @@ labels that follow where a head attends."""
 import json
 from pathlib import Path
 
-import pytest
 from claim_fixtures import found, timeline, train
 
 from stackedheads import claims
@@ -225,15 +224,12 @@ def test_paper_curriculum_a3_is_judged_by_the_combined_validation_loss(cli):
     assert {r["reading"]: r["seeds"]["0"] for r in a3["readings"]}["per-position"] == FAIL
 
 
-@pytest.mark.parametrize("missing", ["timeline"])
-def test_a_reading_whose_file_is_missing_is_inconclusive_and_says_so(tmp_path, missing):
-    t = timeline({A: 800, B: 1200}, {A: [1], B: [2]}, depth=2, drops=(100, 200))
+def test_a_seed_without_its_timeline_is_inconclusive_under_every_reading_and_says_so(tmp_path):
     (tmp_path / "seed0").mkdir()
     stage = {"train": train(parts=(0.004, 0.004)), "circuits": {"0": found()}}
     e3 = by_id(sec9.emergence_claims(stage, tmp_path))["E3"]
     assert {r.verdict for r in e3.readings} == {INCONCLUSIVE}
-    assert all("no timeline" in r.measured for r in e3.readings)
-    assert t  # the same timeline, written, decides (test_e3_readings_time_the_same_timeline_differently)
+    assert all(r.measured == "seed 0: no timeline" for r in e3.readings)
 
 
 def test_every_published_claims_file_is_the_claims_judged_now():
@@ -249,3 +245,12 @@ def test_every_published_claims_file_is_the_claims_judged_now():
         key = [(c["id"], c["verdict"], c["robust_verdict"], [(r["reading"], r["verdict"]) for r in c["readings"]]) for c in now]
         assert key == [(c["id"], c["verdict"], c.get("robust_verdict"), [(r["reading"], r["verdict"]) for r in c.get("readings", [])])
                        for c in published], folder
+
+
+def test_a_timeline_without_checkpoint_crossings_leaves_that_reading_inconclusive(tmp_path):
+    t = timeline({A: 800, B: 1200}, {A: [1], B: [2]}, depth=2, drops=(100, 200))
+    del t["emerged_seen"]
+    got = _claims(tmp_path, t)["E3"]
+    checkpoint = next(r for r in got.readings if r.reading == "last-path-checkpoint")
+    assert checkpoint.verdict == INCONCLUSIVE and "holds no checkpoint crossings (emerged_seen)" in checkpoint.measured
+    assert readings_of(got)["first-path"] == PASS  # the interpolated crossings decide the others

@@ -127,6 +127,9 @@ def emergence_claims(stage: dict | None, timeline_dir: Path | None,
 
     def e3(reading: str):
         def judge(t, s):
+            if reading == "last-path-checkpoint" and t.get("emerged_seen") is None:
+                return INCONCLUSIVE, (f"seed {s}'s timeline.json holds no checkpoint crossings (emerged_seen), "
+                                      "which this reading needs: run emergence again to record them")
             times = position_times(t, reading, labelled[s])
             if reading == "hurt-most" and not any(paths for _, paths, _ in times.values()) and not labelled[s].get("losses"):
                 return INCONCLUSIVE, f"the discovery's summary.json of seed {s} holds no per-path losses (losses), which this reading needs"
