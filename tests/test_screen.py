@@ -512,42 +512,29 @@ def test_a_result_from_pieces_on_two_devices_names_both(pieces, tmp_path):
     assert alone.recipe["device"] == "cpu"
 
 
-def publisher(cli, monkeypatch, results, **defaults):
-    """scripts/publish_piece.py as a module, its `stackedheads` commands run in this process, and
-    ``publish(run, **options)``: its publish_piece with these defaults, returning the reference."""
-    import argparse
-    import importlib.util
+def publisher(results, **defaults):
+    """``publish(run, **options)``: :func:`stackedheads.publish_piece.publish_piece` with these
+    defaults, returning the reference it wrote."""
+    from stackedheads.publish_piece import Piece, publish_piece
 
-    spec = importlib.util.spec_from_file_location("publish_piece", Path(__file__).parents[1] / "scripts" / "publish_piece.py")
-    sp = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sp)
-
-    def sh(*args, out=None):
-        r = cli(*args)
-        if r.code:
-            raise UsageError(r.err.strip())
-        if out is not None:
-            out.write_text(r.out)
-
-    monkeypatch.setattr(sp, "sh", sh)
-    base = dict(stage="emergence", circuits=None, timeline=None, maps=None, commit="7e32fd7", note="", title=None,
-                train_command=None, notes=None, results=results) | defaults
+    base = dict(stage="emergence", commit="7e32fd7", results=results) | defaults
 
     def publish(run, **kw):
-        a = base | {"run": run} | kw
-        sp.publish_piece(argparse.Namespace(**a))
-        return json.loads((results / a["name"] / "reference.json").read_text())
+        dest, _ = publish_piece(Piece(**(base | {"run": run} | kw)))
+        return json.loads((dest / "reference.json").read_text())
 
-    return sp, publish
+    return publish
 
 
-def test_publish_piece_publishes_pieces_and_recomputes_what_they_share(pieces, tmp_path, cli, monkeypatch):
-    """scripts/publish_piece.py: a first piece, then a further one beside it; publishing a piece
+def test_publish_piece_publishes_pieces_and_recomputes_what_they_share(pieces, tmp_path, cli):
+    """publish-piece: a first piece, then a further one beside it; publishing a piece
     again writes the same reference (command, wall time and notes recomputed, never added to)."""
     root, _ = pieces
     runs = root / "split" / "emergence" / "runs"
     results = tmp_path / "results"
-    sp, publish = publisher(cli, monkeypatch, results, name="lr-constant")
+    from stackedheads import publish_piece as sp
+
+    publish = publisher(results, name="lr-constant")
 
     with pytest.raises(UsageError, match="needs --title, --train-command and --notes"):
         publish(runs / f"{EMERGENCE_RUN}-seed1")
@@ -595,7 +582,7 @@ def test_publish_piece_publishes_pieces_and_recomputes_what_they_share(pieces, t
     assert ref["name"] == "two-folders"
 
 
-def test_publish_piece_lays_sec8_pieces_out_as_results_sec8_with_maps(tmp_path, cli, monkeypatch):
+def test_publish_piece_lays_sec8_pieces_out_as_results_sec8_with_maps(tmp_path, cli):
     """--stage circuits: transformers A-C a seed a run (Sec. 8 at 24,000 steps on a CPU), published
     as results/sec8/gpt2 is laid out (circuits/runs/transformers-A-C[-s1], discovered/, maps/) and judged
     on A1-A5 as one result; a timeline (Sec. 9's) is refused there, and a Sec. 8 piece beside a
@@ -611,7 +598,7 @@ def test_publish_piece_lays_sec8_pieces_out_as_results_sec8_with_maps(tmp_path, 
     r = cli("attention", runs[0], "--seed", 0, "--out", tmp_path / "maps0" / "seed0")
     assert r.code == 0, r.err
     results = tmp_path / "results"
-    _, publish = publisher(cli, monkeypatch, results, name="tl-stack", stage="circuits")
+    publish = publisher(results, name="tl-stack", stage="circuits")
 
     with pytest.raises(UsageError, match="--timeline belongs to the emergence stage, not circuits"):
         publish(runs[0], timeline=[tmp_path / "disc0"])

@@ -677,17 +677,25 @@ def comparison_lines(rows: list[dict]) -> list[str]:
             + f" (paper: {r['paper']}): " + (f"{r['closer']} is closer" if r["closer"] else "a tie") for r in rows]
 
 
+def _md(text: object) -> str:
+    """``text`` as Markdown shows it literally, on one line: '&' and '<' escaped (a label or folder
+    name may hold a tag; a lone '>' starts none), '|' escaped (it would split a table cell)."""
+    return " ".join(str(text).split()).replace("&", "&amp;").replace("<", "&lt;").replace("|", "\\|")
+
+
 def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(head) + " |\n|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in rows), ""]
+    return ["| " + " | ".join(map(_md, head)) + " |\n|" + "---|" * len(head),
+            *("| " + " | ".join(map(_md, r)) + " |" for r in rows), ""]
 
 
 def markdown(runs: list[RunSeeds]) -> str:
-    """Every run's per-seed table and distribution, then the comparison, as Markdown."""
+    """Every run's per-seed table and distribution, then the comparison, as Markdown (every text
+    from the runs escaped: :func:`_md`)."""
     parts = []
     for run in runs:
-        parts.append(f"### {run.label} ({run.section}; {recipe_text(run.recipe)})\n")
+        parts.append(f"### {_md(run.label)} ({run.section}; {_md(recipe_text(run.recipe))})\n")
         parts.extend(_md_table(*seed_table(run)))
-        parts.extend(f"- {line}" for line in distribution_lines(run))
+        parts.extend(f"- {_md(line)}" for line in distribution_lines(run))
         parts.append("")
     head, rows = distance_table(runs)
     if rows:
@@ -695,13 +703,13 @@ def markdown(runs: list[RunSeeds]) -> str:
         parts.extend(_md_table(head, rows))
     state = screen(runs)
     if state:
-        parts.append(f"### {screen_title(state)}\n")
+        parts.append(f"### {_md(screen_title(state))}\n")
         parts.extend(_md_table(*screen_table(state)))
         if line := closest_line(state):
-            parts.extend([line, ""])
+            parts.extend([_md(line), ""])
     cmp = comparison_lines(compare(runs))
     if cmp:
         parts.append("### Side by side\n")
-        parts.extend(f"- {line}" for line in cmp)
+        parts.extend(f"- {_md(line)}" for line in cmp)
         parts.append("")
     return "\n".join(parts)
