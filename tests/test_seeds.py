@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import one_error
-from test_claims import K1, K2, K3, K4, PAPER_SEEN, PAPER_SERVES, REDUNDANT, found, timeline, train
+from helpers import K1, K2, K3, K4, PAPER_SEEN, PAPER_SERVES, REDUNDANT, found, one_error, timeline
+from helpers import claims_train as train
 
 from stackedheads import claims, seeds
 from stackedheads.claims import FAIL, INCONCLUSIVE, PASS
