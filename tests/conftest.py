@@ -122,3 +122,19 @@ def copy_run(src: Path, dst: Path) -> Path:
 
     shutil.copytree(src, dst)
     return dst
+
+
+@pytest.fixture(scope="module")
+def pieces(tmp_path_factory):
+    """Transformer D's smoke twin trained as two pieces (seed 0; seed 1) and as one ensemble."""
+    from stackedheads import presets
+    from stackedheads.layout import EMERGENCE_RUN
+    from stackedheads.training import train
+
+    root = tmp_path_factory.mktemp("pieces")
+    cfg = presets.get("sec9-smoke").override(steps=20, ckpt_every=10, eval_every=5, final_window=4, threads=1)
+    stage = root / "split" / "emergence" / "runs"
+    train(cfg.override(seeds=(0,)), stage / EMERGENCE_RUN)
+    train(cfg.override(seeds=(1,)), stage / f"{EMERGENCE_RUN}-seed1")
+    train(cfg.override(seeds=(0, 1)), root / "whole" / "emergence" / "runs" / EMERGENCE_RUN)
+    return root, cfg

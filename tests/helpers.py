@@ -232,3 +232,120 @@ def train_config(**over) -> dict:
     from stackedheads import presets
 
     return {**presets.get("smoke").to_dict(), **over}
+
+
+def screen_folder(root, falls: dict[int, list[int | None]], final: float | dict[int, float], steps=6400, per_epoch=8,
+                   onto: int | dict[int, int] = 0):
+    """A sec9-shaped training run without circuits: each seed's x1..x4 at 1.0 until the step in
+    ``onto`` (every seed's, or per seed), then on the 0.75 plateau until its step in ``falls``
+    (None: never), then 0.01; training loss 0.002 below validation over the run; ``final`` the
+    final val MSE of every seed, or per seed."""
+    import csv
+
+    from stackedheads import presets
+    from stackedheads.layout import EMERGENCE_RUN
+
+    finals = final if isinstance(final, dict) else dict.fromkeys(falls, final)
+    ontos = onto if isinstance(onto, dict) else dict.fromkeys(falls, onto)
+    cfg = presets.get("sec9").override(seeds=tuple(falls), steps=steps, eval_every=80, final_window=100).to_dict()
+    run = root / "emergence" / "runs" / EMERGENCE_RUN
+    run.mkdir(parents=True)
+    rows = []
+    for seed, at in falls.items():
+        for step in list(range(80, steps + 1, 80)):
+            parts = [0.01 if a is not None and step >= a else 0.75 if step >= ontos[seed] else 1.0 for a in at]
+            val = sum(parts) / 4
+            rows.append({"step": step, "seed": seed, "train_loss": val - 0.002, "val_loss": val,
+                         **{f"val_x{j + 1}": p for j, p in enumerate(parts)}, "wall_s": 1.0})
+    with open(run / "metrics.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    (run / "summary.json").write_text(json.dumps({"config": cfg, "wall_s": 1.0, "seeds": {
+        str(s): {"final_val_loss": finals[s], "final_partial": {f"val_x{j}": finals[s] for j in range(1, 5)}} for s in falls}}))
+    return root
+
+
+def publisher(results, **defaults):
+    """``publish(run, **options)``: :func:`stackedheads.publish_piece.publish_piece` with these
+    defaults, returning the reference it wrote."""
+    from stackedheads.publish_piece import Piece, publish_piece
+
+    base = dict(stage="emergence", commit="7e32fd7", results=results) | defaults
+
+    def publish(run, **kw):
+        dest, _ = publish_piece(Piece(**(base | {"run": run} | kw)))
+        return json.loads((dest / "reference.json").read_text())
+
+    return publish
+
+
+# --- claims' data: a training summary, a discovered circuit and an emergence timeline as the
+# stages write them (Sec. 8: transformers A-C at D = 3; Sec. 9: transformer D's paths K1..K4)
+
+
+DEPTH = 3
+PAIR_LINKS = [[0, 0, 2, 1], [0, 0, 4, 3], [0, 0, 6, 5]]  # the first head links every pair (8.2 i)
+
+
+def claims_train(final=0.005, parts=(0.004, 0.005, 0.006), n_layers=12, chains=4, steps=None):
+    steps_ = {} if steps is None else {"steps": steps}
+    return {
+        "config": {"n_layers": n_layers, "n_heads": 1, "task": {"chains": chains, "depth": DEPTH}, **steps_},
+        "seeds": {"0": {"final_val_loss": final, "final_partial": {f"val_x{j}": p for j, p in enumerate(parts, start=1)}}},
+    }
+
+
+def pair_maps(paths, n_layers=12):
+    """Every head's attention on the pair links as a discovery records it: 0.95 where the head
+    keeps the link's path, 0.1 where it does not (tests that part the two give their own)."""
+    return [[l, 0, [0.95 if [l, 0, 2 * k, 2 * k - 1] in [list(p) for p in paths] else 0.1 for k in range(1, DEPTH + 1)]]
+            for l in range(n_layers)]
+
+
+def found(paths=(*PAIR_LINKS, [5, 0, 0, 2], [7, 0, 0, 4], [9, 0, 0, 6]), combined=(0.02, 0.03, 0.04),
+          unexplained=(), kind="absolute", threshold=0.05, groups=(), serves=None, pair_attention=None):
+    budgets = [threshold] * DEPTH
+    with_paths = sorted({(p[0], p[1]) for p in paths})
+    useful = sorted(set(with_paths) | {(l, h) for l, h, _ in unexplained})
+    return {
+        "threshold": threshold, "threshold_kind": kind, "tolerance": 0.04, "budgets": budgets, "model_over_budget": [],
+        "unablated": {"loss": 0.005, "partial": [0.004, 0.005, 0.006]},
+        "combined": {"loss": sum(combined) / DEPTH, "partial": list(combined)},
+        "over_budget": [f"x{j}" for j, (p, b) in enumerate(zip(combined, budgets), start=1) if p > b],
+        "useful_heads": [list(u) for u in useful], "n_useful_heads": len(useful),
+        "heads_with_paths": [list(h) for h in with_paths], "theory_min_heads": 3,
+        "unexplained_heads": [list(u) for u in unexplained], "paths": [list(p) for p in paths],
+        "redundant_groups": [list(g) for g in groups], "serves": serves or {}, "n_search": 64, "n_check": 64,
+        "losses": [], "pair_attention": pair_maps(paths) if pair_attention is None else pair_attention,
+    }
+
+
+K1, K1B, K2, K3, K4 = "L13.0 s0->s2", "L20.0 s0->s2", "L21.0 s0->s4", "L22.0 s0->s6", "L23.0 s0->s8"
+
+
+def timeline(seen, serves, groups=(), depth=4, drops=(100, 200, 300, 400)):
+    """A timeline.json as :func:`stackedheads.emergence.timeline` writes it, from the first
+    checkpoint at which each path is at or above 0.5 (checkpoints every 80 steps)."""
+    from stackedheads.emergence import position_emergence, position_order
+    from stackedheads.ordering import order_of
+
+    emerged = {k: (None if v is None else v - 40.0) for k, v in seen.items()}
+    positions = position_emergence(emerged, seen, serves, [list(g) for g in groups], depth)
+    for p in positions.values():
+        p["epoch"] = None if p["step"] is None else p["step"] / 8
+    first = min((v for v in seen.values() if v is not None), default=None)
+    drops = {f"x{j}": s for j, s in enumerate(drops, start=1)}
+    return {
+        "steps": list(range(0, 6401, 80)), "epochs": [s / 8 for s in range(0, 6401, 80)],
+        "emerged": emerged, "emerged_seen": seen, "serves": serves, "groups": [list(g) for g in groups],
+        "positions": positions, "order": position_order(positions),
+        "first_paths": sorted(k for k, v in seen.items() if v is not None and v == first),
+        "plateau_steps": min((v for v in emerged.values() if v is not None), default=None),
+        "loss_drops": drops, "loss_drop_order": order_of(list(drops.values())),
+    }
+
+
+PAPER_SERVES = {K1: [1, 2, 3, 4], K1B: [1, 2, 3, 4], K2: [2, 3, 4], K3: [3, 4], K4: [4]}
+REDUNDANT = [(K1, K1B)]  # Sec. 9.2: layers 14 and 21 both retrieve B
+PAPER_SEEN = {K1: 3600, K1B: 3680, K2: 3920, K3: 4400, K4: 5600}

@@ -25,18 +25,25 @@ def git(*args: object, cwd: Path) -> str:
 
 
 def git_repo(path: Path, gitignore: str) -> Path:
+    """A git repository holding ``gitignore`` as its one commit."""
     path.mkdir(parents=True)
     git("init", "-q", cwd=path)
     (path / ".gitignore").write_text(gitignore)
+    git("add", ".gitignore", cwd=path)
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "start", cwd=path)
     return path
+
+
+def head(repo: Path) -> str:
+    return git("rev-parse", "HEAD", cwd=repo).strip()
 
 
 def a_run(path: Path) -> Path:
     """A folder laid out like reproduce's circuits stage: a run with its config, summary and metrics."""
     run = path / "circuits" / "runs" / "transformers-A-C"
     run.mkdir(parents=True)
-    for name in ("config.json", "summary.json"):
-        (run / name).write_text("{}\n")
+    (run / "config.json").write_text("{}\n")
+    (run / "summary.json").write_text('{"config": {}, "seeds": {}}\n')
     (run / "metrics.csv").write_text("step,seed\n1,0\n")
     (run / "step_000001.safetensors").write_bytes(b"\0" * 16)  # never published
     (path / "notes.md").write_text("a top-level file\n")
@@ -46,8 +53,8 @@ def a_run(path: Path) -> Path:
 INCLUDE = ("--include", "circuits/runs/*/*.json", "--include", "circuits/runs/*/metrics.csv")
 
 
-def publish(cli, src: Path, results: Path, *extra: object):
-    return cli("publish", src, "--name", "ref", "--title", "t", "--command", "c", "--commit", "0" * 40,
+def publish(cli, src: Path, results: Path, *extra: object, commit: str = "0" * 40):
+    return cli("publish", src, "--name", "ref", "--title", "t", "--command", "c", "--commit", commit,
                "--results", results, *extra)
 
 
@@ -62,12 +69,12 @@ def test_publish_refuses_a_file_git_would_ignore_and_writes_nothing(cli, tmp_pat
     """The old unanchored `runs/` ignored results/*/circuits/runs/...: a clone lacked them."""
     src = a_run(tmp_path / "src")
     old = git_repo(tmp_path / "old", "runs/\n")
-    r = publish(cli, src, old / "results", *INCLUDE)
+    r = publish(cli, src, old / "results", *INCLUDE, commit=head(old))
     refused(r, "ignored by git", "runs/", "circuits/runs/transformers-A-C")
     assert not (old / "results").exists()
     # The project's own .gitignore keeps them.
     new = git_repo(tmp_path / "new", PROJECT_GITIGNORE.read_text())
-    r = publish(cli, src, new / "results", *INCLUDE)
+    r = publish(cli, src, new / "results", *INCLUDE, commit=head(new))
     assert r.code == 0, r.err
     ref = json.loads((new / "results" / "ref" / "reference.json").read_text())
     assert ref["files"] == ["notes.md", "circuits/runs/transformers-A-C/config.json",
@@ -294,7 +301,7 @@ def test_a_published_run_is_judged_the_same_from_a_clone(cli, tmp_path):
         r = cli(*args)
         assert r.code == 0, r.err
     repo = git_repo(tmp_path / "repo", PROJECT_GITIGNORE.read_text())
-    r = cli("publish", run, "--name", "smoke", "--title", "sec8-smoke", "--command", "c", "--wall-s", "1",
+    r = cli("publish", run, "--name", "smoke", "--title", "sec8-smoke", "--command", "c", "--wall-s", "1", "--commit", head(repo),
             "--results", repo / "results", "--include", "circuits/runs/*/*.json", "--include", "circuits/runs/*/metrics.csv",
             "--include", "circuits/discovered/seed*/*")
     assert r.code == 0, r.err
@@ -341,7 +348,7 @@ def test_publish_keeps_the_index_current_and_escapes_titles(cli, tmp_path):
             "--commit", "0" * 40, "--results", results, "--wall-s", "7200", *INCLUDE)
     assert r.code == 0, r.err
     index = (results / references.INDEX_FILE).read_text()
-    assert "| [ref](ref/) | a \\| b &lt;img src=x onerror=alert(1)&gt; |" in index and "| 2.0 h |" in index
+    assert "| [ref](ref/) | a \\| b &lt;img src=x onerror=alert(1)> |" in index and "| 2.0 h |" in index
     assert index == references.index_markdown(results)
     # a reference that went away leaves the index when it is written again
     shutil.rmtree(results / "ref")
@@ -369,3 +376,96 @@ def test_a_nested_reference_is_named_by_its_path_and_indexed_at_the_results_fold
     assert not (root / "sec9" / references.INDEX_FILE).exists()
     with pytest.raises(UsageError, match="is not where reference"):
         references.publish(src, root / "elsewhere", name="sec9/x", title="t", command="c", commit="0" * 40, wall_s=1.0)
+
+
+# --- publish: issue 76 items 9, 10, 22, 25 ---------------------------------------------------------
+
+
+def test_a_later_publish_removes_the_staging_folders_of_killed_publishes(cli, tmp_path):
+    """A publish killed mid-copy leaves results/.NAME.<pid>.publish; the next publish of NAME
+    removes those whose process is gone and leaves a running one's alone."""
+    src = a_run(tmp_path / "src")
+    results = tmp_path / "results"
+    dead = results / ".ref.999999999.publish"
+    (dead / "circuits").mkdir(parents=True)
+    (dead / "circuits" / "big.json").write_text("{}")
+    alive = subprocess.Popen(["sleep", "60"])
+    try:
+        running = results / f".ref.{alive.pid}.publish"
+        running.mkdir()
+        other = results / ".other.999999998.publish"  # another name's: its own publish cleans it
+        other.mkdir()
+        assert publish(cli, src, results, *INCLUDE).code == 0
+        assert not dead.exists() and running.is_dir() and other.is_dir()
+    finally:
+        alive.kill()
+        alive.wait()
+
+
+def _piece(run: Path, seeds: list[int], steps: int = 20, finished: bool = True) -> None:
+    """A stage's training run as its summary says (config, seeds, wall time); no summary while training."""
+    from stackedheads import presets
+
+    config = presets.get("sec9-smoke").override(seeds=tuple(seeds), steps=steps).to_dict()
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps(config))
+    if finished:
+        (run / "summary.json").write_text(json.dumps({"config": config, "wall_s": 1.0, "seeds": {
+            str(s): {"final_val_loss": 0.1, "final_partial": {}} for s in seeds}}))
+
+
+@pytest.mark.parametrize("case, says", [("seed twice", "both hold seed 0"), ("other steps", "settings differ"),
+                                        ("still training", "still training")])
+def test_publish_refuses_pieces_that_claims_refuses(cli, tmp_path, case, says):
+    """One rule for a result trained in pieces (pieces.read_result), in publish as in claims."""
+    from stackedheads import pieces
+
+    stage = tmp_path / "R" / "emergence"
+    _piece(stage / "runs" / "transformer-D", [0])
+    extra = stage / "runs" / "transformer-D-more"
+    _piece(extra, {"seed twice": [0], "other steps": [1], "still training": [1]}[case],
+           steps=30 if case == "other steps" else 20, finished=case != "still training")
+    r = cli("publish", tmp_path / "R", "--name", "ref", "--title", "t", "--command", "c", "--commit", "0" * 40,
+            "--results", tmp_path / "results", "--include", "emergence/runs/*/*.json")
+    refused(r, says)
+    assert not (tmp_path / "results").exists()
+    if case != "still training":
+        with pytest.raises(UsageError, match=says):
+            pieces.read_result(stage, "transformer-D")
+        with pytest.raises(UsageError, match=says):
+            claims.folder_claims(tmp_path / "R")
+    else:
+        assert pieces.read_result(stage, "transformer-D").unfinished == [extra]
+
+
+def test_publish_never_writes_inside_its_own_input_and_names_a_results_file(cli, tmp_path):
+    src = a_run(tmp_path / "tr1")
+    before = sorted(src.rglob("*"))
+    r = cli("publish", src, "--name", "ref", "--title", "t", "--command", "c", "--commit", "0" * 40, "--results", src)
+    refused(r, "--results", "inside the input")
+    assert sorted(src.rglob("*")) == before
+    # the results folder holding the run: replacing the reference would take the run with it
+    r = cli("publish", src, "--name", "tr1", "--title", "t", "--command", "c", "--commit", "0" * 40,
+            "--results", tmp_path)
+    refused(r)
+    assert sorted(src.rglob("*")) == before
+    afile = tmp_path / "results.txt"
+    afile.write_text("x")
+    r = cli("publish", src, "--name", "ref", "--title", "t", "--command", "c", "--commit", "0" * 40, "--results", afile)
+    refused(r, f"{afile} is not a folder")
+    assert ".publish" not in r.err
+
+
+def test_a_commit_must_be_one_of_the_repository_holding_the_results(cli, tmp_path):
+    """Where a repository holds results/, --commit must name one of its commits (recorded in
+    full); outside one there is nothing to check it against but its spelling."""
+    src = a_run(tmp_path / "src")
+    repo = git_repo(tmp_path / "repo", PROJECT_GITIGNORE.read_text())
+    r = publish(cli, src, repo / "results", *INCLUDE, commit="deadbeef")
+    refused(r, "--commit", "deadbeef", "is not a commit of the repository")
+    assert not (repo / "results").exists()
+    r = publish(cli, src, repo / "results", *INCLUDE, commit=head(repo)[:7])
+    assert r.code == 0, r.err
+    assert json.loads((repo / "results" / "ref" / "reference.json").read_text())["commit"] == head(repo)
+    r = publish(cli, src, tmp_path / "elsewhere", *INCLUDE, commit="deadbeef")
+    assert r.code == 0, r.err

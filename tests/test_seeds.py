@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import one_error
-from test_claims import K1, K2, K3, K4, PAPER_SEEN, PAPER_SERVES, REDUNDANT, found, timeline, train
+from helpers import K1, K2, K3, K4, PAPER_SEEN, PAPER_SERVES, REDUNDANT, found, one_error, timeline
+from helpers import claims_train as train
 
 from stackedheads import claims, seeds
 from stackedheads.claims import FAIL, INCONCLUSIVE, PASS
@@ -237,3 +237,20 @@ def test_a_reference_whose_seed_table_cannot_be_made_keeps_its_claims(tmp_path):
     assert [c.id for c in loaded["claims"]] == ["E4"]
     (table,) = loaded["tables"]
     assert table["columns"] == ["unavailable"] and "did not train" in table["rows"][0][0]
+
+
+def test_markdown_shows_labels_and_folder_names_literally(tmp_path, cli):
+    """A label or folder name holding a tag or '|' is text in seeds --markdown: no raw HTML, no
+    extra table cell (issue 76 item 20)."""
+    hostile = "a|b<img src=x onerror=alert(1)>"
+    folder = emergence_folder(tmp_path / hostile, [0.03], [timeline(PAPER_SEEN, PAPER_SERVES, REDUNDANT)])
+    other = emergence_folder(tmp_path / "other", [0.01], [timeline(PAPER_SEEN, PAPER_SERVES, REDUNDANT)])
+    code, out, err = cli("seeds", folder, other, "--markdown")
+    assert code == 0, err
+    assert "<img" not in out and "a\\|b&lt;img src=x onerror=alert(1)>" in out
+    # the name's row has as many cells as its table's header: its '|' splits none
+    rows = [line for line in out.splitlines() if line.startswith("| a\\|b")]
+    header = next(line for line in out.splitlines() if line.startswith("| run |"))
+    assert rows and all(r.replace("\\|", "").count("|") == header.count("|") for r in rows)
+    code, out, _ = cli("seeds", folder, "--markdown", "--label", "x<script>alert(1)</script>")
+    assert code == 0 and "<script>" not in out and "x&lt;script>alert(1)&lt;/script>" in out

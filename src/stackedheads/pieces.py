@@ -18,10 +18,12 @@ results, refused in one line that names the first settings that differ.
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from stackedheads.errors import UsageError
-from stackedheads.storage import flat
+from stackedheads.storage import flat, read_state_json
 
 # How a piece ran, not what it trained: free to differ between the pieces of one result.
 EXECUTION = ("seeds", "threads", "compile", "cuda_graph", "device", "keep_checkpoints")
@@ -86,3 +88,32 @@ def combine(pieces: list[tuple[Path, dict]]) -> dict | None:
     devices = list(dict.fromkeys(str(s["config"].get("device", "cpu")) for _, s in pieces))
     wall = sum(float(s.get("wall_s") or 0.0) for _, s in pieces)
     return {**first, "config": config, "seeds": merged, "wall_s": wall, "pieces": [d.name for d, _ in pieces], "devices": devices}
+
+
+@dataclass(frozen=True)
+class Result:
+    """A stage's pieces as one result: the finished pieces' summaries combined (None when none has
+    finished) and the pieces still training (started, no summary.json)."""
+
+    summary: dict | None
+    unfinished: list[Path]
+
+
+def read_result(stage_dir: Path, name: str) -> Result:
+    """The one rule for a stage trained in pieces, for every reader and ``publish``: each finished
+    piece's summary.json must be a training summary (``config`` and ``seeds``), and the pieces
+    combine (:func:`combine`: the same settings, no seed twice), else one line; the pieces still
+    training are named (``publish`` refuses them, a reader says it does not count them). A
+    summary's wall time, where it has one, is a number of seconds >= 0."""
+    done = []
+    for d in piece_dirs(stage_dir, name):
+        if not (d / "summary.json").exists():
+            continue
+        s = read_state_json(d / "summary.json", "a training summary")
+        if not isinstance(s, dict) or not isinstance(s.get("config"), dict) or not isinstance(s.get("seeds"), dict):
+            raise UsageError(f"{d / 'summary.json'} is no training summary (it needs 'config' and 'seeds')")
+        wall = s.get("wall_s", 0.0)
+        if not isinstance(wall, (int, float)) or isinstance(wall, bool) or not math.isfinite(wall) or wall < 0:
+            raise UsageError(f"{d / 'summary.json'}: 'wall_s' is no wall time in seconds ({str(wall)[:30]})")
+        done.append((d, s))
+    return Result(combine(done), unfinished(stage_dir, name))

@@ -14,6 +14,7 @@ Training (``TRAIN``; ``stackedheads train --preset NAME``):
 
 Grids: ``FIGURE4`` (``sweep figure4``: paper, quick, smoke) and ``DEPTH`` (``sweep depth``:
 paper, quick, quick-n4, smoke). Whole runs: ``REPRODUCE`` (``reproduce``: paper, quick, smoke).
+Recipes (``train --recipe``, applied by :func:`get`): :mod:`stackedheads.recipes`.
 
 A new preset is one more ``TRAIN.register("name", TrainConfig(...))`` (or the grid's) here,
 or in user code before the command runs.

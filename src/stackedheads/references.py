@@ -19,6 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
+from stackedheads import layout, pieces
 from stackedheads.errors import UsageError
 from stackedheads.provenance import SEGMENTS_FILE, machine, trained_on
 from stackedheads.storage import (
@@ -27,6 +28,7 @@ from stackedheads.storage import (
     atomic_write_bytes,
     atomic_write_json,
     atomic_write_text,
+    check_apart,
     first_missing,
     folder_kinds,
     lock_holder,
@@ -163,7 +165,8 @@ def publish(src: str | Path, dest: str | Path, *, title: str, command: str, comm
         raise UsageError(f"{src} is not a folder")
     _check_record(title, command, commit)
     wall_s = _checked_wall_s(wall_s)
-    _check_dest(dest)
+    _check_dest(dest, src)
+    commit = _checked_commit(commit, dest)
     holder = lock_holder(src)
     if holder is not None:  # its files may change under the copy
         raise UsageError(f"{src} is in use by {holder}; publish it once that finishes")
@@ -176,6 +179,12 @@ def publish(src: str | Path, dest: str | Path, *, title: str, command: str, comm
     big = [f for f in files if (src / f).stat().st_size > MAX_FILE_BYTES]
     if big:
         raise UsageError(f"{src / big[0]} is over {MAX_FILE_BYTES // 1_000_000} MB: a reference keeps small files only")
+    for stage, run_name in (("circuits", layout.CIRCUITS_RUN), ("emergence", layout.EMERGENCE_RUN)):
+        if (src / stage / "runs").is_dir():  # a stage trained in pieces is published as the one result claims reads
+            result = pieces.read_result(src / stage, run_name)
+            if result.unfinished:
+                raise UsageError(f"{result.unfinished[0]} is still training (no summary.json): a piece of the result "
+                                 "publishes once it has finished, or moves out of runs/")
     ignored = git_ignored([dest / f for f in files] + [dest / REFERENCE_FILE])
     if ignored:
         path, why = next(iter(ignored.items()))
@@ -184,6 +193,7 @@ def publish(src: str | Path, dest: str | Path, *, title: str, command: str, comm
     # Built whole beside NAME, then put in its place: a name published again keeps none of the
     # old files (claims would judge them), and a reader never sees half of either.
     staging = dest.with_name(f".{dest.name}.{os.getpid()}.publish")
+    _remove_stale_staging(dest)
     if staging.exists():
         shutil.rmtree(staging)  # left by a publish of this pid that crashed
     made = first_missing(dest.parent)  # removed again when the publish is refused
@@ -211,6 +221,49 @@ def publish(src: str | Path, dest: str | Path, *, title: str, command: str, comm
 _COMMIT = re.compile(r"[0-9a-f]{7,40}")
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError, ValueError):
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _remove_stale_staging(dest: Path) -> None:
+    """Remove the staging folders (``.NAME.<pid>.publish`` beside ``dest``) of publishes whose
+    process is gone: a publish killed before it finished leaves its copy behind."""
+    prefix = f".{dest.name}."
+    if not dest.parent.is_dir():
+        return
+    for old in dest.parent.iterdir():
+        pid = old.name[len(prefix):-len(".publish")] if old.name.startswith(prefix) and old.name.endswith(".publish") else ""
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)) and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _checked_commit(commit: str, dest: Path) -> str:
+    """The commit as reference.json records it: where a git repository holds ``dest``, one of its
+    commits (an abbreviation written in full); elsewhere there is nothing to check it against,
+    and its spelling (7 to 40 hexadecimal digits) is all that is checked."""
+    where = dest.parent
+    while not where.exists():
+        where = where.parent
+    try:
+        found = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], cwd=where,
+                               capture_output=True, text=True, check=False)
+        repo = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=where, capture_output=True, text=True, check=False)
+    except OSError:  # no git
+        return commit
+    if found.returncode == 0:
+        return found.stdout.strip()
+    if repo.returncode == 0:
+        raise UsageError(f"'commit' {commit} is not a commit of the repository at {repo.stdout.strip()}: give the commit "
+                         "the run's code came from (git log shows them)", fields=("commit",))
+    return commit
+
+
 def _check_record(title: str, command: str, commit: str) -> None:
     """What reference.json says of the run: a title, the command and a commit (hex, 7 to 40 digits)."""
     for value, name in ((title, "title"), (command, "command")):
@@ -220,9 +273,19 @@ def _check_record(title: str, command: str, commit: str) -> None:
         raise UsageError(f"'commit' {str(commit)[:60]!r} is no commit (7 to 40 hexadecimal digits, as git shows one)", fields=("commit",))
 
 
-def _check_dest(dest: Path) -> None:
+def _check_dest(dest: Path, src: Path) -> None:
     """``dest`` may be new, or a reference folder that a publish replaces as a whole; a link
-    (publish would write wherever it points) or another folder is refused."""
+    (publish would write wherever it points), another folder, a place inside ``src`` (the copy
+    would be part of what it copies) or holding it (the replaced folder would take ``src`` with
+    it), or one under a file, is refused."""
+    check_apart(dest, [src], "results")
+    if Path(src).resolve().is_relative_to(dest.resolve()):
+        raise UsageError(f"{src} lies inside {dest}, which the publish replaces: publish it from elsewhere")
+    where = dest.parent
+    while not where.exists() and not where.is_symlink():
+        where = where.parent
+    if not where.is_dir():
+        raise UsageError(f"{where} is not a folder: give a results folder", fields=("results",))
     if dest.is_symlink():
         raise UsageError(f"{dest} is a symbolic link: publish writes inside the results folder only; remove the link")
     if dest.exists() and not dest.is_dir():
@@ -365,10 +428,8 @@ GROUPS = {"sec4": "Section 4: language models on the task (Figure 2)",
 
 
 def _cell(text: object) -> str:
-    """``text`` in one Markdown table cell: on one line, with '|' and HTML escaped."""
-    import html
-
-    return html.escape(" ".join(str(text).split()), quote=False).replace("|", "\\|")
+    """``text`` in one Markdown table cell: on one line, '&' and '<' escaped (no tag starts), '|' escaped."""
+    return " ".join(str(text).split()).replace("&", "&amp;").replace("<", "&lt;").replace("|", "\\|")
 
 
 def _wall(wall_s: object) -> str:
