@@ -8,13 +8,25 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import (  # noqa: F401
+    DEPTH,
+    K1,
+    K1B,
+    K2,
+    K3,
+    K4,
+    PAIR_LINKS,
+    PAPER_SEEN,
+    PAPER_SERVES,
+    REDUNDANT,
+    found,
+    timeline,
+)
+from helpers import claims_train as train
 
-from stackedheads import claims, sweep
-from stackedheads.claims import FAIL, INCONCLUSIVE, NOT_RUN, PASS
-from stackedheads.claims import sec7, sec8, sec9
-from stackedheads import presets
+from stackedheads import claims, presets, sweep
+from stackedheads.claims import FAIL, INCONCLUSIVE, NOT_RUN, PASS, sec7, sec8, sec9
 from stackedheads.ordering import order_of
-from claim_fixtures import DEPTH, PAIR_LINKS, found, timeline, train  # noqa: F401
 
 # --- Section 7 ------------------------------------------------------------------------------------
 
@@ -260,12 +272,8 @@ def test_no_stage_is_not_run():
 
 # --- Section 9 ------------------------------------------------------------------------------------
 
-K1, K1B, K2, K3, K4 = "L13.0 s0->s2", "L20.0 s0->s2", "L21.0 s0->s4", "L22.0 s0->s6", "L23.0 s0->s8"
 
 
-PAPER_SERVES = {K1: [1, 2, 3, 4], K1B: [1, 2, 3, 4], K2: [2, 3, 4], K3: [3, 4], K4: [4]}
-REDUNDANT = [(K1, K1B)]  # Sec. 9.2: layers 14 and 21 both retrieve B
-PAPER_SEEN = {K1: 3600, K1B: 3680, K2: 3920, K3: 4400, K4: 5600}
 
 SEC9_CASES = {
     "paper-like, with two redundant induction heads": (
@@ -432,8 +440,8 @@ def test_claims_command_on_stage_folders_laid_out_by_hand(tmp_path, cli):
     reproduce's stage layout is judged like a reproduce folder: Section 8 from its files, the
     stages it lacks NOT RUN."""
     from stackedheads.claims import NOT_RUN, sec8
-    from stackedheads.claims._circuits import stage_from_files
     from stackedheads.layout import CIRCUITS_RUN
+    from stackedheads.stages import stage_from_files
 
     stage = tmp_path / "circuits"
     run = stage / "runs" / CIRCUITS_RUN
@@ -563,7 +571,7 @@ def test_a_bug_in_a_claim_is_a_traceback_and_a_damaged_timeline_one_line(tmp_pat
         SECTIONS.unregister("buggy")
     (tmp_path / "seed0").mkdir()
     (tmp_path / "seed0" / "timeline.json").write_text('{"steps": [0, 20]}')
-    from stackedheads.claims._circuits import read_timeline
+    from stackedheads.stages import read_timeline
 
     with pytest.raises(UsageError, match=r"timeline.json has the wrong shape \(epochs is missing\): delete .*done.json"):
         read_timeline(tmp_path / "seed0" / "timeline.json", tmp_path)

@@ -5,7 +5,8 @@ labels that follow where a head attends."""
 import json
 from pathlib import Path
 
-from claim_fixtures import found, timeline, train
+from helpers import claims_train as train
+from helpers import found, timeline
 
 from stackedheads import claims
 from stackedheads.claims import DEPENDS, FAIL, INCONCLUSIVE, PASS, Claim, sec8, sec9
@@ -69,7 +70,7 @@ def test_a_row_whose_rule_catches_under_half_its_attention_is_unexplained():
     f["diagnosis"] = [{"layer": 4, "head": 0, "role": "query", "rule": "s+4", "rule_covered": 0.0, "best": "p6",
                        "kind": "positional", "covered": 0.99}]
     f["retrieval_heads"], f["shortcut_heads"] = [[0, 0], [4, 0], [5, 0], [7, 0], [9, 0]], []
-    from stackedheads.claims._circuits import relabelled
+    from stackedheads.stages import relabelled
 
     r = relabelled(f)
     assert [4, 0, 0, 4] not in r["paths"] and [4, 0, "query"] in r["unexplained_heads"]
@@ -193,7 +194,8 @@ def _first_path_order(t: dict, summary: dict) -> str:
 def test_e3_first_path_counts_agree_with_a_recomputation_from_the_published_timelines():
     """Over every published seed that learned, E3 under the first-new-path reading, as the claims
     give it, equals a recomputation from the timeline.json and summary.json files."""
-    from stackedheads.claims._circuits import learned, stage_from_files
+    from stackedheads.claims.circuits import learned
+    from stackedheads.stages import stage_from_files
 
     counted, recomputed = [], []
     for summary in sorted((ROOT / "results").glob("**/emergence/timeline/summary.json")):

@@ -26,7 +26,6 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 
 from stackedheads.circuits.ablate import Circuit, check_shape
 from stackedheads.circuits.paths import CircuitPath, dst_label

@@ -27,7 +27,12 @@ from pathlib import Path
 from stackedheads import pieces, references
 from stackedheads.errors import UsageError
 from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN
-from stackedheads.storage import atomic_write_json, atomic_write_text, folder_kinds, read_state_json
+from stackedheads.storage import (
+    atomic_write_json,
+    atomic_write_text,
+    folder_kinds,
+    read_state_json,
+)
 
 RUN_FILES = ("config.json", "summary.json", "metrics.csv")  # a finished training run's; segments.jsonl too where kept
 SEGMENTS = "segments.jsonl"
@@ -129,7 +134,7 @@ def check_run(run: Path) -> list[int]:
 def falls(run: Path, seed: int, unit: str = "epochs") -> str:
     """The epochs (or steps) at which each partial loss first falls below C2's threshold
     (metrics.csv, as the claims read them)."""
-    from stackedheads.claims._circuits import loss_drops
+    from stackedheads.stages import loss_drops
     from stackedheads.training.config import TrainConfig
     from stackedheads.training.metrics import read_metrics
 

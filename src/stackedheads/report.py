@@ -23,17 +23,24 @@ from pathlib import Path
 import jinja2
 
 from stackedheads import claims as claims_mod
-from stackedheads import references
+from stackedheads import layout, references
+from stackedheads.circuits.paths import CircuitPath, path_kind
 from stackedheads.claims import read_json as _json
 from stackedheads.claims import read_jsonl as _jsonl
 from stackedheads.claims import sec4, sec5, sec7, sec8, sec9
-from stackedheads.circuits.paths import CircuitPath, path_kind
-from stackedheads.claims._circuits import budget_text, mapped_text, read_discovery, read_timeline
+from stackedheads.claims.circuits import budget_text, mapped_text
 from stackedheads.errors import UsageError
-from stackedheads import layout
 from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN, STAGE_NAMES
 from stackedheads.ordering import end_of_plateau
-from stackedheads.storage import RunFolder, atomic_write_bytes, atomic_write_json, atomic_write_text, intact, read_bytes
+from stackedheads.stages import read_discovery, read_timeline
+from stackedheads.storage import (
+    RunFolder,
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    intact,
+    read_bytes,
+)
 
 PACKAGES = (
     "stackedheads", "torch", "numpy", "matplotlib", "safetensors", "typer", "rich", "jinja2",

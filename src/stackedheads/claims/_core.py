@@ -4,15 +4,12 @@ stage's files, and the :class:`Section` registry. (The chain-order statistic is 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
-from stackedheads.errors import UsageError
 from stackedheads.registry import Registry
-from stackedheads.storage import read_state_json
+from stackedheads.stages import NUM, Each, expect, read_json, read_jsonl  # noqa: F401 (what claims read files with)
 
 PASS, FAIL, INCONCLUSIVE, NOT_RUN = "PASS", "FAIL", "INCONCLUSIVE", "NOT RUN"
 VERDICTS = (PASS, FAIL, INCONCLUSIVE, NOT_RUN)
@@ -65,78 +62,6 @@ class Claim:
         """A claim as :meth:`to_dict` wrote it (a claims.json written before readings has none)."""
         return cls(d["section"], d["id"], d["paper"], d["measured"], d["verdict"],
                    tuple(Judged(**r) for r in d.get("readings", ())))
-
-
-NUM = (int, float)  # a number in a shape (below)
-
-
-@dataclass(frozen=True)
-class Each:
-    """In a shape: an object whose every value has ``shape`` (keys are seeds, positions...)."""
-
-    shape: Any
-
-
-def expect(data: Any, shape: Any, path: Path, stage_dir: Path | None = None) -> Any:
-    """``data``, read from ``path``, if it has ``shape``; else one line saying the file is
-    damaged and how to rebuild it. Claims check what they read where they read it, so that an
-    error in a claim's own code stays a bug (a traceback), never advice to re-run.
-
-    A shape is a type or a tuple of types (``type(None)`` for null), ``{key: shape}`` (keys
-    ending in ``?`` may be absent), ``[shape]`` (a list of such items) or :class:`Each`."""
-
-    def why(x: Any, sh: Any, where: str) -> str | None:
-        if isinstance(sh, Each):
-            if not isinstance(x, dict):
-                return f"{where or 'the file'} is not an object"
-            return next((w for k, v in x.items() if (w := why(v, sh.shape, f"{where}.{k}".lstrip(".")))), None)
-        if isinstance(sh, dict):
-            if not isinstance(x, dict):
-                return f"{where or 'the file'} is not an object"
-            for key, sub in sh.items():
-                name = key.rstrip("?")
-                if name not in x:
-                    if key.endswith("?"):
-                        continue
-                    return f"{f'{where}.{name}'.lstrip('.')} is missing"
-                if w := why(x[name], sub, f"{where}.{name}".lstrip(".")):
-                    return w
-            return None
-        if isinstance(sh, list):
-            if not isinstance(x, list):
-                return f"{where or 'the file'} is not a list"
-            return next((w for i, v in enumerate(x) if (w := why(v, sh[0], f"{where}[{i}]"))), None)
-        types = sh if isinstance(sh, tuple) else (sh,)
-        if isinstance(x, bool) and bool not in types and object not in types:  # JSON true is no number
-            return f"{where} is not a number"
-        return None if isinstance(x, sh) else f"{where or 'the file'} has the wrong type"
-
-    problem = why(data, shape, "")
-    if problem:
-        stage = stage_dir if stage_dir is not None else path.parent
-        raise UsageError(f"{path} has the wrong shape ({problem}): delete {stage / 'done.json'} and re-run to rebuild the stage")
-    return data
-
-
-def read_json(path: Path, shape: Any = object, stage_dir: Path | None = None) -> Any:
-    """A stage's JSON file, or None when the stage has not written it; a damaged one (not
-    JSON, or not of ``shape``: :func:`expect`) is a one-line error saying so."""
-    if not path.exists():
-        return None
-    return expect(read_state_json(path, "a stage's results", object), shape, path, stage_dir)
-
-
-def read_jsonl(path: Path, shape: Any = dict) -> list[dict]:
-    """A stage's JSON-lines file ([] when absent), each line of ``shape``."""
-    if not path.exists():
-        return []
-    try:
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        rows = None
-    if rows is None or not all(isinstance(r, dict) for r in rows):
-        raise UsageError(f"{path} is damaged (a line is not a JSON object): delete its stage's done.json and re-run to rebuild it")
-    return expect(rows, [shape], path)
 
 
 def verdict_of(ok: bool) -> str:

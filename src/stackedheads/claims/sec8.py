@@ -4,22 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stackedheads.claims._circuits import (
-    first_head_pairs,
-    first_head_paths,
-    gated,
-    heads_in,
-    heads_text,
-    kept_below,
-    no_summary,
-    per_seed,
-    relabel_text,
-    relabelled,
-    row_text,
-    stage_from_files,
-    validation_readings,
-    with_unfinished,
-)
 from stackedheads.claims._core import (
     FAIL,
     INCONCLUSIVE,
@@ -29,8 +13,22 @@ from stackedheads.claims._core import (
     Section,
     not_run,
 )
+from stackedheads.claims.circuits import (
+    first_head_pairs,
+    first_head_paths,
+    gated,
+    heads_text,
+    kept_below,
+    no_summary,
+    per_seed,
+    relabel_text,
+    row_text,
+    validation_readings,
+    with_unfinished,
+)
 from stackedheads.claims.readings import judged, names_of
 from stackedheads.layout import CIRCUITS_RUN
+from stackedheads.stages import heads_in, relabelled, stage_from_files
 
 SEC8 = "8 Circuits of transformers A-C"
 PAPER_STEPS = 24_000  # Sec. 8.1: transformers A-C train for 24k steps at batch 128

@@ -5,24 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from stackedheads.circuits.paths import CircuitPath, key_kind
-from stackedheads.claims._circuits import (
-    finished_metrics,
-    gated,
-    loss_drops,
-    new_paths,
-    no_summary,
-    per_seed,
-    position_times,
-    read_timeline,
-    relabel_text,
-    relabelled,
-    relabelled_timeline,
-    stage_from_files,
-    times_order,
-    training_summary,
-    validation_readings,
-    with_unfinished,
-)
 from stackedheads.claims._core import (
     FAIL,
     INCONCLUSIVE,
@@ -33,9 +15,29 @@ from stackedheads.claims._core import (
     Section,
     not_run,
 )
+from stackedheads.claims.circuits import (
+    gated,
+    no_summary,
+    per_seed,
+    relabel_text,
+    validation_readings,
+    with_unfinished,
+)
 from stackedheads.claims.readings import judged, names_of
 from stackedheads.layout import EMERGENCE_RUN, timeline
 from stackedheads.ordering import end_of_plateau, order_of
+from stackedheads.stages import (
+    finished_metrics,
+    loss_drops,
+    new_paths,
+    position_times,
+    read_timeline,
+    relabelled,
+    relabelled_timeline,
+    stage_from_files,
+    times_order,
+    training_summary,
+)
 
 SEC9 = "9 Emergence in transformer D"
 PAPER_STEPS = 6_400  # Sec. 9.1: 800 epochs, 6,400 steps at batch 256

@@ -104,7 +104,7 @@ def circuit_discover_cmd(
                          seeds=None if seeds is None else parse_seeds(seeds))
     for seed, d in found.items():
         s = d.summary()
-        from stackedheads.claims._circuits import budget_text
+        from stackedheads.claims.circuits import budget_text
 
         Console().print(_loss_table(d.table, f"seed {seed}: {budget_text(s)}"))
         console.print(

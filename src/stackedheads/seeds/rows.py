@@ -8,12 +8,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from stackedheads.claims import NOT_RUN, VERDICTS
-from stackedheads.claims._circuits import finished_metrics, heads_in, loss_drops, read_timeline, stage_from_files, training_summary
 from stackedheads.errors import UsageError
 from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN, timeline
 from stackedheads.ordering import end_of_plateau, order_of
 from stackedheads.pieces import unfinished
 from stackedheads.seeds.distance import X1_PLATEAU_LOSS, distance
+from stackedheads.stages import (
+    finished_metrics,
+    heads_in,
+    loss_drops,
+    read_timeline,
+    stage_from_files,
+    training_summary,
+)
 
 SECTION_OF = {"circuits": "sec8", "emergence": "sec9"}
 

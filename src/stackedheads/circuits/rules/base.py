@@ -54,7 +54,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -64,8 +63,8 @@ from stackedheads.errors import UsageError
 from stackedheads.registry import Registry
 from stackedheads.tasks.vectors import Meta
 
-if TYPE_CHECKING:
-    from stackedheads.circuits.rules.library import Library
+# What a parametric family's parse is given: the rules of one depth (library.Library).
+Library = Mapping[str, "AttentionRule"]
 
 UNIFORM, IDENTITY, KEPT = "uniform", "identity", "kept"  # KEPT: the head's own attention, not a rule
 Target = Callable[[Meta], torch.Tensor]  # meta -> (B, T) attended position of every token
