@@ -146,10 +146,12 @@ def stage_from_files(stage_dir: Path, run_name: str) -> dict | None:
 
 
 def training_summary(stage_dir: Path, run_name: str) -> dict | None:
-    """The stage's training summary, its pieces combined (None when no piece has finished)."""
-    dirs = pieces.piece_dirs(stage_dir, run_name)
-    found = [(d, s) for d in dirs if (s := read_json(d / "summary.json", TRAIN_SUMMARY, stage_dir))]
-    return pieces.combine(found)
+    """The stage's training summary, its pieces combined by the rule ``publish`` applies
+    (:func:`stackedheads.pieces.read_result`; None when no piece has finished), each piece's
+    summary checked for what is read of it."""
+    for d in pieces.piece_dirs(stage_dir, run_name):
+        read_json(d / "summary.json", TRAIN_SUMMARY, stage_dir)
+    return pieces.read_result(stage_dir, run_name).summary
 
 
 def finished_metrics(stage_dir: Path, run_name: str) -> list[dict]:

@@ -194,7 +194,7 @@ def with_unfinished(found: list, stage_dir: Path, run_name: str) -> list:
 
     from stackedheads.claims._core import NOT_RUN
 
-    still = [d.name for d in pieces.unfinished(stage_dir, run_name)]
+    still = [d.name for d in pieces.read_result(stage_dir, run_name).unfinished]
     if not still:
         return found
     note = f"; not counted: {', '.join(still)} (still training: no summary.json)"
