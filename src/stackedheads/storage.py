@@ -27,6 +27,7 @@ import json
 import os
 import re
 import socket
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -128,15 +129,37 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
 
 MAX_STATE_BYTES = 64 * 2**20  # a JSON state file (config, summary, circuit, ...) is far smaller
 MAX_READ_BYTES = 1024 * 2**20  # any file read whole (metrics.csv, samples.jsonl, a figure)
+MAX_JSON_DEPTH = 100  # nesting of a state file; this program writes fewer than 10 levels
+MAX_JSON_DIGITS = 40  # digits of an integer in a state file (a seed is at most 19)
+
+_FILE_TYPES = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+               (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+
+
+def not_regular(path: Path, mode: int, what: str) -> UsageError:
+    """The one line for a state file's path that holds no regular file (a FIFO would hang a read)."""
+    kind = next((name for test, name in _FILE_TYPES if test(mode)), "not a regular file")
+    return UsageError(f"{path} is {kind}, not a file ({what}): this program reads and writes regular files only")
+
+
+def open_regular(path: str | Path, what: str):
+    """``path`` opened for reading if it is a regular file: opened without blocking, so a FIFO
+    or a device named like a state file is one line, never a read that waits for ever."""
+    path = Path(path)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise not_regular(path, mode, what)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 def read_bytes(path: str | Path, what: str, limit: int = MAX_READ_BYTES) -> bytes:
-    """The bytes of ``path``, at most ``limit`` of them: a larger file (or /dev/zero, which never
-    ends) is one line instead of a read that fills memory or never returns."""
+    """The bytes of the regular file ``path``, at most ``limit`` of them: a larger file is one
+    line instead of a read that fills memory."""
     path = Path(path)
-    if path.is_dir():
-        raise UsageError(f"{path} is a folder, not a file ({what})")
-    with open(path, "rb") as f:
+    with open_regular(path, what) as f:
         data = f.read(limit + 1)
     if len(data) > limit:
         raise UsageError(f"{path} is over {limit // 2**20} MiB ({what}): not a file this command writes")
@@ -148,18 +171,81 @@ def read_text(path: str | Path, what: str, limit: int = MAX_READ_BYTES) -> str:
     return read_bytes(path, what, limit).decode("utf-8")
 
 
+class _TooLarge(ValueError):
+    pass
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_JSON_DIGITS:
+        raise _TooLarge(f"an integer of {len(text)} digits")
+    return int(text)
+
+
+def json_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> int:
+    """How deeply ``value`` nests lists and dicts (without recursion; stops past ``limit``)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            break
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return deepest if isinstance(value, (dict, list)) else 0
+
+
+def parse_json(text: str, path: str | Path, what: str) -> Any:
+    """``text`` as JSON, bounded: nesting deeper than :data:`MAX_JSON_DEPTH` or an integer of more
+    than :data:`MAX_JSON_DIGITS` digits is one line naming ``path`` (not a RecursionError)."""
+    try:
+        data = json.loads(text, parse_int=_bounded_int)
+    except RecursionError:
+        data = None
+        problem = f"nested deeper than {MAX_JSON_DEPTH} levels"
+    except _TooLarge as e:
+        raise UsageError(f"{path} is damaged ({e}; {what}): delete it to rebuild it") from None
+    except ValueError:
+        raise UsageError(f"{path} is damaged (not valid JSON; {what}): delete it to rebuild it") from None
+    else:
+        problem = None if json_depth(data) <= MAX_JSON_DEPTH else f"nested deeper than {MAX_JSON_DEPTH} levels"
+    if problem:
+        raise UsageError(f"{path} is damaged ({problem}; {what}): delete it to rebuild it")
+    return data
+
+
 def read_state_json(path: str | Path, what: str, expect: type = dict) -> Any:
-    """A JSON state file, or one line saying it is damaged and what to do."""
+    """A JSON state file, or one line saying it is missing, not a regular file, damaged (not
+    JSON, too deep, too large) or of the wrong shape, and what to do."""
     path = Path(path)
     try:
-        data = json.loads(read_text(path, what, MAX_STATE_BYTES))
+        data = parse_json(read_text(path, what, MAX_STATE_BYTES), path, what)
     except FileNotFoundError:
         raise UsageError(f"{path} is missing ({what})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except UnicodeDecodeError:
         raise UsageError(f"{path} is damaged (not valid JSON; {what}): delete it to rebuild it") from None
     if not isinstance(data, expect):
         raise UsageError(f"{path} has the wrong shape ({what}: expected a JSON {expect.__name__}): delete it to rebuild it")
     return data
+
+
+def read_state_jsonl(path: str | Path, what: str, expect: type = dict, limit: int = MAX_READ_BYTES) -> list:
+    """A JSON-lines state file as a list of ``expect`` (each line bounded as :func:`parse_json`)."""
+    path = Path(path)
+    try:
+        text = read_text(path, what, limit)
+    except FileNotFoundError:
+        raise UsageError(f"{path} is missing ({what})") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is damaged (not UTF-8 text; {what}): delete it to rebuild it") from None
+    rows = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            row = parse_json(line, f"{path} line {n}", what)
+            if not isinstance(row, expect):
+                raise UsageError(f"{path} line {n} has the wrong shape ({what}: expected a JSON {expect.__name__}): "
+                                 "delete it to rebuild it")
+            rows.append(row)
+    return rows
 
 
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
@@ -220,7 +306,7 @@ class FolderLock:
             return self
         path = self.folder / LOCK_NAME
         self._new_lock = not path.exists()
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock(path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -292,11 +378,23 @@ def check_apart(out: str | Path, inputs: list, option: str = "out") -> None:
             raise UsageError(f"'{option}' {out} lies inside the input {given}; choose a folder outside it", fields=(option,))
 
 
+def _open_lock(path: Path, flags: int) -> int:
+    """A descriptor of the lock file ``path``, which must be a regular file (flock on a FIFO
+    fails without a path, and reading one waits for a writer)."""
+    fd = os.open(path, flags | os.O_NONBLOCK, 0o644)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise not_regular(path, mode, "the folder's lock file; remove it")
+    os.set_blocking(fd, True)
+    return fd
+
+
 def lock_holder(folder: str | Path) -> str | None:
     """Who holds ``folder``'s lock now (None when no one does), without creating a lock file."""
     path = Path(folder) / LOCK_NAME
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = _open_lock(path, os.O_RDONLY)
     except OSError:
         return None
     try:
@@ -322,6 +420,18 @@ _MARKER_FILES = {
     "metrics.csv": "training run",
 }
 _CONFIG_KEYS = {"task": "training run", "identity": "llm-bench run", "preset": "reproduce run"}
+# Analysis outputs, recognised by the files their verb writes (theory.save_table, the timelines of
+# emergence, discovery's circuits, circuits.maps' figures, llm.export's folders).
+_ANALYSIS_FILES = {
+    "theory.jsonl": "theory table",
+    "seed*/timeline.json": "emergence output",
+    "seed*/circuit.json": "discovered circuits",
+    "mean.png": "attention maps",
+    "attention_stats.json": "attention maps",
+    "lm_eval": "prompts export",
+}
+ANALYSIS_KINDS = frozenset(_ANALYSIS_FILES.values())
+REPRODUCE_KIND = "reproduce run"
 DONE = "done.json"
 _VOUCHES = "vouches"  # the done marker's list of the files it vouches for (relative paths)
 
@@ -331,12 +441,42 @@ def folder_kinds(folder: str | Path) -> set[str]:
     folder = Path(folder)
     found = {kind for name, kind in _MARKER_FILES.items() if (folder / name).is_file()}
     try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        config = read_state_json(folder / "config.json", "a run's configuration")
+    except (OSError, UsageError):
         config = None  # no config, or a damaged one: its owner reports that in one line
     if isinstance(config, dict):
         found |= {kind for key, kind in _CONFIG_KEYS.items() if key in config}
+    found |= {kind for pattern, kind in _ANALYSIS_FILES.items() if next(iter(folder.glob(pattern)), None) is not None}
     return found
+
+
+def require_kind(folder: str | Path, kind: str, what: str = "run folder") -> None:
+    """Refuse ``folder`` unless it holds ``kind`` (a reproduce or benchmark folder has a
+    config.json too, which would be read as the wrong thing), naming what it holds."""
+    kinds = folder_kinds(folder)
+    if kind not in kinds:
+        held = ", ".join(sorted(kinds)) or f"no {kind}"
+        raise UsageError(f"{folder} is not a {what} (it holds {held}); give a {kind}'s folder")
+
+
+def enclosing_reproduce(path: str | Path) -> Path | None:
+    """The ``reproduce`` folder that ``path`` lies inside (not ``path`` itself), or None: its
+    stage folders (theory, circuits/maps, emergence/timeline, report, ...) are written by
+    ``reproduce`` alone, which vouches for them in each stage's done marker."""
+    where = Path(path).resolve()
+    for parent in where.parents:
+        if (parent / "config.json").is_file() and REPRODUCE_KIND in folder_kinds(parent):
+            return parent
+    return None
+
+
+def check_outside_reproduce(path: str | Path, option: str = "out") -> None:
+    """Refuse an output path inside a ``reproduce`` folder (:func:`enclosing_reproduce`)."""
+    rep = enclosing_reproduce(path)
+    if rep is not None:
+        stage = Path(path).resolve().relative_to(rep).parts[0]
+        raise UsageError(f"'{option}' {path} lies inside the reproduce folder {rep} (its {stage!r} files), which only "
+                         "`reproduce` writes; choose a folder outside it", fields=(option,))
 
 
 def flat(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -384,11 +524,11 @@ def intact(path: str | Path) -> bool:
             return data.startswith(_PNG_START) and data.endswith(_PNG_END)
         text = data.decode("utf-8")
         if path.suffix == ".json":
-            json.loads(text)
+            parse_json(text, path, "an output file")
         elif path.suffix == ".jsonl":
             for line in text.splitlines():
                 if line.strip():
-                    json.loads(line)
+                    parse_json(line, path, "an output file")
         elif path.suffix == ".svg":
             return "<svg" in text and text.rstrip().endswith("</svg>")
         else:
@@ -407,7 +547,8 @@ class RunFolder:
     :func:`folder_kinds`), or a stage folder of ``reproduce`` (no kind of its own).
 
     * :meth:`check` refuses a folder that holds another kind (``shares``: kinds that may live
-      in the same folder), or a file where the folder should be, creating nothing.
+      in the same folder), or a file where the folder should be, creating nothing. A writer of
+      no kind (``kind`` None) is refused the folders of runs, sweeps and benchmarks only.
     * :meth:`lock` checks, then takes the folder's :class:`FolderLock`.
     * :meth:`mark_done` writes ``done.json`` last: a summary of the work and the list of files
       it vouches for (all but hidden files and checkpoints, which a finished run no longer needs
@@ -419,12 +560,16 @@ class RunFolder:
         self.path = Path(path)
         self.kind = kind
         self.shares = shares
-        self.missing: Path | None = None  # set by done(): the vouched-for file that is gone or damaged
+        self.missing: Path | None = None  # set by done(): the first vouched-for file that is gone or damaged
+        self.missing_files: list[Path] = []  # set by done(): every one of them
 
     def check(self) -> None:
         if self.path.exists() and not self.path.is_dir():
             raise UsageError(f"{self.path} exists and is not a folder; choose another 'out'", fields=("out",))
-        other = sorted(folder_kinds(self.path) - {self.kind, *self.shares}) if self.path.is_dir() else []
+        found = folder_kinds(self.path) if self.path.is_dir() else set()
+        if self.kind is None:  # a writer that names no kind of its own: only the analysis outputs it may resume
+            found -= ANALYSIS_KINDS
+        other = sorted(found - {self.kind, *self.shares})
         if other:
             raise UsageError(f"{self.path} holds another kind of output ({', '.join(other)}); choose another 'out'", fields=("out",))
 
@@ -469,7 +614,7 @@ class RunFolder:
         """The done marker's summary; None when there is none, or when a file it vouches for is
         missing or damaged (then :attr:`missing` names it, and the work must run again to
         rebuild it). A damaged marker is one line (:func:`read_state_json`)."""
-        self.missing = None
+        self.missing, self.missing_files = None, []
         path = self.path / DONE
         if not path.exists():
             return None
@@ -477,8 +622,8 @@ class RunFolder:
         vouched = saved.pop(_VOUCHES, [])  # markers written before it vouched for files trust as before
         if not isinstance(vouched, list) or not all(isinstance(f, str) for f in vouched):
             raise UsageError(f"{path} is damaged (its list of files): delete it to run the work again (it resumes)")
-        bad = next((f for f in vouched if not _parses(self.path / f)), None)
-        if bad is not None:
-            self.missing = self.path / bad
+        self.missing_files = [self.path / f for f in vouched if not _parses(self.path / f)]
+        if self.missing_files:
+            self.missing = self.missing_files[0]
             return None
         return saved

@@ -160,7 +160,8 @@ def apply_threads(threads: int | None, device: str) -> None:
 
 def out_path(value) -> Path:
     """Every output path a verb takes (``parser=out_path``): never empty, since ``Path("")`` is the
-    current folder (``--out ""`` wrote a run wherever the user stood), nor the filesystem root."""
+    current folder (``--out ""`` wrote a run wherever the user stood), nor the filesystem root, nor
+    a path inside a ``reproduce`` folder."""
     from pathlib import Path
 
     text = str(value)
@@ -171,6 +172,12 @@ def out_path(value) -> Path:
         raise typer.BadParameter(f"{text} is the filesystem root: give a folder under it")
     if path.is_symlink() and not path.exists():  # mkdir would say "File exists" of a path that is not there
         raise typer.BadParameter(f"{text} is a symbolic link to a path that does not exist: give a real path")
+    from stackedheads.storage import check_outside_reproduce
+
+    try:
+        check_outside_reproduce(path)  # a reproduce folder's stages are its own
+    except UsageError as e:
+        raise typer.BadParameter(str(e).replace("'out' ", "")) from None
     return path
 
 

@@ -87,6 +87,9 @@ def reproduce_cmd(
         if "llm" not in skip:
             choice = resolve_llm(chosen, choice)
             choice.check()  # here, so that its errors name the --llm-* flags (reproduce() checks it again)
+    from stackedheads.perf import check_threads
+
+    check_threads(workers, "workers")  # processes at once: the threads rule (1 to 4 per core)
     runner = make_executor(executor, ray_address, workers=workers, threads=threads)  # validates the options
     apply_threads(threads, device or chosen.figure4.base.device)  # as train: local jobs may run in this process
     if executor == "local":
