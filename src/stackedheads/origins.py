@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from stackedheads.errors import UsageError
-from stackedheads.storage import atomic_write_json, read_bytes, read_state_json
+from stackedheads.statefiles import read_bytes, read_state_json
+from stackedheads.storage import atomic_write_json
 
 SOURCES = "sources.json"  # an emergence output's record: {"runs": {seed: {"run": path, "config": {...}}}}
 

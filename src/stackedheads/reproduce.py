@@ -32,7 +32,8 @@ from stackedheads import layout, theory
 from stackedheads.errors import UsageError, public_url
 from stackedheads.executors import Executor, Job, LocalExecutor, run_dir
 from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN, stage_done
-from stackedheads.storage import RunFolder, atomic_write_text, read_state_json
+from stackedheads.statefiles import read_state_json
+from stackedheads.storage import RunFolder, atomic_write_text
 from stackedheads.sweep import Figure4Spec
 from stackedheads.tasks import prompts
 from stackedheads.training import TrainConfig

@@ -1,39 +1,56 @@
-"""State files that survive crashes, full disks and two writers.
+"""State files that survive crashes, full disks and two writers, and the output folders that hold them.
 
 * :func:`atomic_write_text` / :func:`atomic_write_json`: write to a temporary file in the same
-  folder, fsync, then rename, so a reader sees the old file or the new one, never a torn one.
-* :func:`read_state_json`: a state file that is missing, truncated or of the wrong shape is
-  reported in one line (:class:`~stackedheads.errors.UsageError`) saying what to do.
-* :class:`FolderLock`: an exclusive ``flock`` on ``<folder>/.lock``; a second process gets a
-  one-line error naming the holder. The kernel drops the lock when its holder dies, so a
-  crashed run never leaves a stale lock behind. A lock taken with ``reentrant=True`` lets code
-  in the same process lock the folder again (a job runner around ``train``); otherwise a second
-  lock, even from this process, is refused.
-* :func:`safe_component`: a value read from a file (a seed, a model name) checked before it
-  becomes part of a path, so no file can steer a write outside ``--out``.
-* :class:`RunFolder`: an output folder of one kind (a training run, a Figure 4 sweep, ...): a
-  folder that holds another kind is refused before anything is written there, and its done
-  marker is trusted only while every file it vouches for is there and parses; the settings
-  its run recorded (config.json, sweep.json, ...) are checked against those asked for, in
-  one message for every kind.
+  folder, fsync, then rename, so a reader sees the old file or the new one, never a torn one;
+  :func:`replace_folder` does the same for a whole folder.
+* :class:`RunFolder`: an output folder of one kind (a training run, a Figure 4 sweep, an
+  analysis output, ...): a folder that holds another kind is refused before anything is
+  written there, and its done marker is trusted only while every file it vouches for is there
+  and parses; the settings its run recorded (config.json, sweep.json, ...) are checked against
+  those asked for, in one message for every kind. A path inside a ``reproduce`` folder is that
+  folder's own (:func:`check_outside_reproduce`).
+
+Reading (:mod:`stackedheads.statefiles`), locks (:mod:`stackedheads.locks`) and the checks of
+seeds and path components (:mod:`stackedheads.validators`) live in modules of their own; their
+names are importable from here too.
 """
 
 from __future__ import annotations
 
 import csv
-import fcntl
 import io
 import json
 import os
-import re
-import socket
-import stat
 from pathlib import Path
 from typing import Any
 
 from stackedheads.errors import UsageError, redact_secrets
+from stackedheads.locks import LOCK_NAME, FolderLock, first_missing, lock_holder, remove_empty_folders
+from stackedheads.statefiles import (
+    MAX_JSON_DEPTH,
+    MAX_JSON_DIGITS,
+    MAX_READ_BYTES,
+    MAX_STATE_BYTES,
+    json_depth,
+    not_regular,
+    open_regular,
+    parse_json,
+    read_bytes,
+    read_state_json,
+    read_state_jsonl,
+    read_text,
+)
+from stackedheads.validators import MAX_SEED, check_seeds, safe_component
 
-LOCK_NAME = ".lock"
+__all__ = [  # the re-exported names are part of this module's interface
+    "LOCK_NAME", "FolderLock", "first_missing", "lock_holder", "remove_empty_folders",
+    "MAX_JSON_DEPTH", "MAX_JSON_DIGITS", "MAX_READ_BYTES", "MAX_STATE_BYTES", "json_depth", "not_regular",
+    "open_regular", "parse_json", "read_bytes", "read_state_json", "read_state_jsonl", "read_text",
+    "MAX_SEED", "check_seeds", "safe_component",
+    "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "replace_folder", "check_apart",
+    "DONE", "ANALYSIS_KINDS", "REPRODUCE_KIND", "folder_kinds", "require_kind", "enclosing_reproduce",
+    "check_outside_reproduce", "flat", "intact", "RunFolder",
+]
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -127,247 +144,6 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, allow_nan=False) + "\n")
 
 
-MAX_STATE_BYTES = 64 * 2**20  # a JSON state file (config, summary, circuit, ...) is far smaller
-MAX_READ_BYTES = 1024 * 2**20  # any file read whole (metrics.csv, samples.jsonl, a figure)
-MAX_JSON_DEPTH = 100  # nesting of a state file; this program writes fewer than 10 levels
-MAX_JSON_DIGITS = 40  # digits of an integer in a state file (a seed is at most 19)
-
-_FILE_TYPES = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-               (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
-
-
-def not_regular(path: Path, mode: int, what: str) -> UsageError:
-    """The one line for a state file's path that holds no regular file (a FIFO would hang a read)."""
-    kind = next((name for test, name in _FILE_TYPES if test(mode)), "not a regular file")
-    return UsageError(f"{path} is {kind}, not a file ({what}): this program reads and writes regular files only")
-
-
-def open_regular(path: str | Path, what: str):
-    """``path`` opened for reading if it is a regular file: opened without blocking, so a FIFO
-    or a device named like a state file is one line, never a read that waits for ever."""
-    path = Path(path)
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise not_regular(path, mode, what)
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
-
-
-def read_bytes(path: str | Path, what: str, limit: int = MAX_READ_BYTES) -> bytes:
-    """The bytes of the regular file ``path``, at most ``limit`` of them: a larger file is one
-    line instead of a read that fills memory."""
-    path = Path(path)
-    with open_regular(path, what) as f:
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise UsageError(f"{path} is over {limit // 2**20} MiB ({what}): not a file this command writes")
-    return data
-
-
-def read_text(path: str | Path, what: str, limit: int = MAX_READ_BYTES) -> str:
-    """:func:`read_bytes` decoded as UTF-8 (a decoding error is the caller's to report)."""
-    return read_bytes(path, what, limit).decode("utf-8")
-
-
-class _TooLarge(ValueError):
-    pass
-
-
-def _bounded_int(text: str) -> int:
-    if len(text.lstrip("-")) > MAX_JSON_DIGITS:
-        raise _TooLarge(f"an integer of {len(text)} digits")
-    return int(text)
-
-
-def json_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> int:
-    """How deeply ``value`` nests lists and dicts (without recursion; stops past ``limit``)."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item
-        deepest = max(deepest, depth)
-        if deepest > limit:
-            break
-        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
-    return deepest if isinstance(value, (dict, list)) else 0
-
-
-def parse_json(text: str, path: str | Path, what: str) -> Any:
-    """``text`` as JSON, bounded: nesting deeper than :data:`MAX_JSON_DEPTH` or an integer of more
-    than :data:`MAX_JSON_DIGITS` digits is one line naming ``path`` (not a RecursionError)."""
-    try:
-        data = json.loads(text, parse_int=_bounded_int)
-    except RecursionError:
-        data = None
-        problem = f"nested deeper than {MAX_JSON_DEPTH} levels"
-    except _TooLarge as e:
-        raise UsageError(f"{path} is damaged ({e}; {what}): delete it to rebuild it") from None
-    except ValueError:
-        raise UsageError(f"{path} is damaged (not valid JSON; {what}): delete it to rebuild it") from None
-    else:
-        problem = None if json_depth(data) <= MAX_JSON_DEPTH else f"nested deeper than {MAX_JSON_DEPTH} levels"
-    if problem:
-        raise UsageError(f"{path} is damaged ({problem}; {what}): delete it to rebuild it")
-    return data
-
-
-def read_state_json(path: str | Path, what: str, expect: type = dict) -> Any:
-    """A JSON state file, or one line saying it is missing, not a regular file, damaged (not
-    JSON, too deep, too large) or of the wrong shape, and what to do."""
-    path = Path(path)
-    try:
-        data = parse_json(read_text(path, what, MAX_STATE_BYTES), path, what)
-    except FileNotFoundError:
-        raise UsageError(f"{path} is missing ({what})") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path} is damaged (not valid JSON; {what}): delete it to rebuild it") from None
-    if not isinstance(data, expect):
-        raise UsageError(f"{path} has the wrong shape ({what}: expected a JSON {expect.__name__}): delete it to rebuild it")
-    return data
-
-
-def read_state_jsonl(path: str | Path, what: str, expect: type = dict, limit: int = MAX_READ_BYTES) -> list:
-    """A JSON-lines state file as a list of ``expect`` (each line bounded as :func:`parse_json`)."""
-    path = Path(path)
-    try:
-        text = read_text(path, what, limit)
-    except FileNotFoundError:
-        raise UsageError(f"{path} is missing ({what})") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path} is damaged (not UTF-8 text; {what}): delete it to rebuild it") from None
-    rows = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            row = parse_json(line, f"{path} line {n}", what)
-            if not isinstance(row, expect):
-                raise UsageError(f"{path} line {n} has the wrong shape ({what}: expected a JSON {expect.__name__}): "
-                                 "delete it to rebuild it")
-            rows.append(row)
-    return rows
-
-
-_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
-
-
-def safe_component(value: Any, what: str) -> str:
-    """``str(value)`` if it is one harmless path component (no ``/``, ``..``, NUL, leading dot)."""
-    text = str(value)
-    if not _SAFE.match(text) or ".." in text:
-        raise UsageError(f"{what} {text[:60]!r} cannot name a folder (letters, digits, . _ + - only)")
-    return text
-
-
-# Seeds name folders (``seed{s}``) and become int64 tensors and generator seeds: one rule for
-# every command and file.
-MAX_SEED = 2**63 - 1
-
-
-def check_seeds(seeds: Any, where: str | Path) -> tuple[int, ...]:
-    """Seeds given or read from a file: a non-empty list of integers from 0 to :data:`MAX_SEED`."""
-    if (
-        not isinstance(seeds, (list, tuple)) or not seeds
-        or not all(type(s) is int and 0 <= s <= MAX_SEED for s in seeds)
-    ):
-        shown = list(seeds) if isinstance(seeds, tuple) else seeds
-        raise UsageError(f"{where}: seeds must be a non-empty list of integers from 0 to 2**63-1, got {str(shown)[:60]}")
-    return tuple(seeds)
-
-
-_HELD: dict[Path, list] = {}  # folder -> [fd, depth]: re-entrant locks this process holds
-
-
-class FolderLock:
-    """Exclusive lock on an output folder for the life of one process's work on it."""
-
-    def __init__(
-        self, folder: str | Path, what: str = "this folder", reentrant: bool = False,
-        elsewhere: str | None = "choose another 'out'",
-    ) -> None:
-        self.folder = Path(folder)
-        self.what = what
-        self.reentrant = reentrant
-        self.elsewhere = elsewhere  # the way out besides waiting, naming 'out'; None where the command has no other folder
-        self._fd: int | None = None
-        self._key: Path | None = None
-        self._new_folder: Path | None = None
-        self._new_lock = False
-
-    def __enter__(self) -> FolderLock:
-        # What this lock brings into being, so that work refused before it wrote anything
-        # leaves no folder and no .lock behind (__exit__).
-        self._new_folder = self._outermost_missing(self.folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        key = self.folder.resolve()
-        if key in _HELD:  # held re-entrantly by this process: flock would refuse a second open
-            _HELD[key][1] += 1
-            self._key = key
-            return self
-        path = self.folder / LOCK_NAME
-        self._new_lock = not path.exists()
-        fd = _open_lock(path, os.O_RDWR | os.O_CREAT)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
-            os.close(fd)
-            alternative = f" or {self.elsewhere}" if self.elsewhere else ""
-            raise UsageError(
-                f"{self.folder} is in use by {holder}; wait for it to finish{alternative}", fields=("out",) if alternative else (),
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
-        self._fd = fd
-        if self.reentrant:
-            self._key = key
-            _HELD[key] = [fd, 1]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        held = _HELD.get(self._key) if self._key is not None else None
-        if held is not None:
-            held[1] -= 1
-            if held[1] > 0:
-                return
-            del _HELD[self._key]
-        if self._fd is not None:
-            failed = exc and exc[0] is not None
-            if failed and self._new_lock and not any(p.name != LOCK_NAME for p in self.folder.iterdir()):
-                (self.folder / LOCK_NAME).unlink(missing_ok=True)  # still held: no one else can be at work here
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
-            if failed and self._new_folder is not None:
-                remove_empty_folders(self.folder, self._new_folder)
-
-    @staticmethod
-    def _outermost_missing(folder: Path) -> Path | None:
-        return first_missing(folder)
-
-
-def first_missing(folder: str | Path) -> Path | None:
-    """The first folder on the way to ``folder`` that does not exist yet (None: all do)."""
-    missing = None
-    for p in (Path(folder), *Path(folder).parents):
-        if p.exists():
-            break
-        missing = p
-    return missing
-
-
-def remove_empty_folders(folder: Path, upto: Path) -> None:
-    """Remove ``folder`` and its parents up to ``upto`` while they are empty (rmdir refuses a
-    folder that something else wrote into meanwhile)."""
-    for p in (folder, *folder.parents):
-        try:
-            p.rmdir()
-        except OSError:
-            return
-        if p == upto:
-            return
-
-
 def check_apart(out: str | Path, inputs: list, option: str = "out") -> None:
     """Refuse an output folder that is one of the ``inputs`` or lies inside one: its files would
     mix with (or overwrite) those it is made from."""
@@ -376,34 +152,6 @@ def check_apart(out: str | Path, inputs: list, option: str = "out") -> None:
         source = Path(given).resolve()
         if where == source or source in where.parents:
             raise UsageError(f"'{option}' {out} lies inside the input {given}; choose a folder outside it", fields=(option,))
-
-
-def _open_lock(path: Path, flags: int) -> int:
-    """A descriptor of the lock file ``path``, which must be a regular file (flock on a FIFO
-    fails without a path, and reading one waits for a writer)."""
-    fd = os.open(path, flags | os.O_NONBLOCK, 0o644)
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise not_regular(path, mode, "the folder's lock file; remove it")
-    os.set_blocking(fd, True)
-    return fd
-
-
-def lock_holder(folder: str | Path) -> str | None:
-    """Who holds ``folder``'s lock now (None when no one does), without creating a lock file."""
-    path = Path(folder) / LOCK_NAME
-    try:
-        fd = _open_lock(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
-    finally:
-        os.close(fd)
-    return None
 
 
 # --- what a folder holds, and what it has finished -------------------------------------------------

@@ -182,7 +182,7 @@ def out_path(value) -> Path:
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:
-    from stackedheads.storage import check_seeds
+    from stackedheads.validators import check_seeds
 
     try:
         seeds = tuple(int(x) for x in text.split(",") if x.strip())
@@ -237,7 +237,7 @@ def config_fields() -> list[tuple[str, type, str]]:
     import dataclasses
     import typing
 
-    from stackedheads.model import ModelConfig
+    from stackedheads.model_config import ModelConfig
     from stackedheads.tasks.vectors import VectorTaskConfig
     from stackedheads.training.config import OptimConfig, TrainConfig
 

@@ -69,7 +69,7 @@ def reproduce_cmd(
     from stackedheads.executors import make_executor
     from stackedheads.report import write_report
     from stackedheads.reproduce import LLMChoice, reproduce, resolve_llm
-    from stackedheads.storage import FolderLock
+    from stackedheads.locks import FolderLock
 
     chosen = presets.reproduce(preset)
     if (llm_backend is None) != (llm_model is None):
@@ -188,7 +188,7 @@ def report_cmd(
 ) -> None:
     """Write DIR/report/index.html: claims vs measurements, every figure, configs and versions (offline)."""
     from stackedheads.report import check_folder, write_report
-    from stackedheads.storage import FolderLock
+    from stackedheads.locks import FolderLock
 
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir} is not a folder")

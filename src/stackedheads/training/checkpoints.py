@@ -230,7 +230,7 @@ def _check_belongs(path: Path, meta: dict[str, str]) -> None:
     run_config = path.parent.parent / "config.json"
     if path.parent.name != "checkpoints" or not run_config.exists():
         return
-    from stackedheads.storage import parse_json, read_state_json
+    from stackedheads.statefiles import parse_json, read_state_json
 
     try:
         have = TrainConfig.from_dict(parse_json(meta["config"], path, "a checkpoint's header"))

@@ -2,7 +2,7 @@
 
 Three parts, each owned by the module that uses it: the task
 (:class:`~stackedheads.tasks.vectors.VectorTaskConfig`, Sec. 6-7), the architecture
-(:class:`~stackedheads.model.ModelConfig`, Sec. 7.1, 8.1, 9.1) and the optimiser and schedule
+(:class:`~stackedheads.model_config.ModelConfig`, Sec. 7.1, 8.1, 9.1) and the optimiser and schedule
 (:class:`OptimConfig`, "the recipe of Radford et al. (2019)"). What is left belongs to the run:
 seeds, batch, steps, evaluation and checkpoints, device.
 
@@ -21,9 +21,9 @@ import torch
 
 from stackedheads.checks import check_types
 from stackedheads.errors import UsageError
-from stackedheads.model import ModelConfig
+from stackedheads.model_config import ModelConfig
 from stackedheads.perf import MAX_THREADS_PER_CORE, check_threads
-from stackedheads.storage import check_seeds
+from stackedheads.validators import check_seeds
 from stackedheads.tasks.vectors import VectorTaskConfig
 
 # "tf32": float32 tensors, TensorFloat-32 matmuls on a CUDA GPU (10-bit mantissa products,
