@@ -94,9 +94,9 @@ def read_metrics(run_dir: Path) -> list[dict]:
         rows.append(parsed)
     if finished is not None:
         steps, seeds = finished
-        missing = [s for s in seeds if not any(r["step"] == steps and r["seed"] == s for r in rows)]
+        missing = [s for s in seeds if max((r["step"] for r in rows if r["seed"] == s), default=0) < steps]
         if missing:
-            raise UsageError(f"{path} is truncated (no row of step {steps} for seed {missing[0]}) though the run finished: "
+            raise UsageError(f"{path} is truncated (no row up to step {steps} for seed {missing[0]}) though the run finished: "
                              "the file is damaged; delete summary.json beside it and train again (the rows are rebuilt)")
     return rows
 
