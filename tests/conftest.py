@@ -138,3 +138,27 @@ def pieces(tmp_path_factory):
     train(cfg.override(seeds=(1,)), stage / f"{EMERGENCE_RUN}-seed1")
     train(cfg.override(seeds=(0, 1)), root / "whole" / "emergence" / "runs" / EMERGENCE_RUN)
     return root, cfg
+
+
+@pytest.fixture(scope="session")
+def kinds(tmp_path_factory):
+    """A finished folder of each kind `publish` takes: figure4 sweep (``figure4``, its claims
+    written), depth sweep (``depth``), training run (``train``), llm-bench runs (``shallow``,
+    ``deep``) and their llm comparison (``comparison``). Tests that change one copy it first."""
+    from helpers import DepthModel, bench_run
+
+    from stackedheads import depth, presets, sweep
+    from stackedheads.claims import beyond, sec7
+    from stackedheads.llm import compare
+    from stackedheads.training import train
+
+    root = tmp_path_factory.mktemp("kinds")
+    sweep.run_figure4(presets.figure4("smoke"), root / "figure4")
+    sec7.write_claims(root / "figure4")
+    result = depth.run_depth(presets.depth("smoke"), root / "depth")
+    beyond.write_claims(root / "depth", result.rows)
+    train(presets.get("smoke"), root / "train")
+    bench_run(DepthModel(2, "shallow"), root / "shallow", n=3)
+    bench_run(DepthModel(9, "deep"), root / "deep", n=3)
+    compare.compare([root / "shallow", root / "deep"], root / "comparison")
+    return root

@@ -349,3 +349,75 @@ def timeline(seen, serves, groups=(), depth=4, drops=(100, 200, 300, 400)):
 PAPER_SERVES = {K1: [1, 2, 3, 4], K1B: [1, 2, 3, 4], K2: [2, 3, 4], K3: [3, 4], K4: [4]}
 REDUNDANT = [(K1, K1B)]  # Sec. 9.2: layers 14 and 21 both retrieve B
 PAPER_SEEN = {K1: 3600, K1B: 3680, K2: 3920, K3: 4400, K4: 5600}
+
+
+# --- in-process language models that solve the prompt (no server) -------------------------------------
+
+
+def question_text(request) -> str:
+    """The question a request asks: the last user turn, or the last 'Question:' block."""
+    if request.messages is not None:
+        return request.messages[-1][1]
+    body = request.prompt.rsplit("Question: ", 1)[1]
+    assert body.endswith("\nAnswer:")
+    return body[: -len("\nAnswer:")]
+
+
+class SolverModel:
+    """Answers by solving the prompt; ``policy(solution, seed, calls)`` picks the text."""
+
+    name = "fake"
+    max_concurrency = 1
+
+    def __init__(self, policy=None, mode: str = "chat", model: str = "solver", fail_after: int | None = None):
+        self.model, self.mode = model, mode
+        self.policy = policy or (lambda sol, seed, calls: sol.answer)
+        self.requests: list = []
+        self.fail_after = fail_after
+        self.closed = False
+
+    async def complete(self, request) -> Generation:
+        if self.fail_after is not None and len(self.requests) >= self.fail_after:
+            raise RuntimeError("simulated crash")
+        self.requests.append(request)
+        sol = solve(question_text(request))
+        return Generation(text=self.policy(sol, request.seed, len(self.requests)), latency_s=0.001, finish_reason="stop")
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+class DepthModel(SolverModel):
+    """A solver that can follow only ``limit`` facts: beyond, a wrong acceptable answer (an
+    ability that ends at a known depth)."""
+
+    def __init__(self, limit: int, model: str):
+        super().__init__(
+            policy=lambda sol, seed, calls: sol.answer if sol.steps <= limit else sorted(sol.candidates - {sol.answer})[0],
+            model=model,
+        )
+
+
+def bench_run(model, out: Path, n: int = 6) -> None:
+    """An llm-bench folder of ``model``: every formulation, and equations over D = 1..4."""
+    from stackedheads.llm import bench
+
+    for cfg in (BenchConfig(n=n, max_draws=2), BenchConfig(formulations=("equations",), depths=(1, 2, 3, 4), n=n, max_draws=2)):
+        bench.run_bench(model, cfg, out)
+
+
+# --- what a refused command shows ---------------------------------------------------------------------
+
+
+def refused(r, *words: str) -> None:
+    """``r`` (a ``cli`` result) exited 2 with one error line, no traceback, holding ``words``."""
+    assert r.code == 2, r
+    assert one_error(r.err), r.err
+    for w in words:
+        assert w in r.err, r.err
+
+
+def claims_json(cli, folder: Path):
+    """``claims --json`` as (exit code, verdicts and measurements by id)."""
+    r = cli("claims", folder, "--json")
+    return r.code, ({c["id"]: (c["verdict"], c["measured"]) for c in json.loads(r.out)} if r.code == 0 else None)

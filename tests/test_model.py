@@ -9,14 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from stackedheads.errors import UsageError
-from stackedheads.model import (
-    EnsembleTransformer,
-    ModelConfig,
-    broadcast_pattern,
-    clip_grad_norm_per_member_,
-    count_parameters,
-    flops_per_step,
-)
+from stackedheads.gradclip import clip_grad_norm_per_member_
+from stackedheads.costs import count_parameters, flops_per_step
+from stackedheads.model import EnsembleTransformer, ModelConfig, broadcast_pattern
 
 # Tiny shapes: N=2 queries, T=10, K=3 -> d_in 6, D=2 -> d_out 6 (IC).
 TINY = ModelConfig(d_in=6, d_out=6, n_queries=2, n_layers=2, n_heads=4, d_model=32)

@@ -11,7 +11,7 @@ from browser import chromium, full_page_screenshot, missing
 
 from stackedheads import claims, theory
 from stackedheads.report import write_report
-from stackedheads.layout import STAGE_NAMES
+from stackedheads.layout import CIRCUITS_RUN, STAGE_NAMES
 from stackedheads.claims import sec4, sec5
 
 pytestmark = pytest.mark.slow  # real subprocesses, servers or whole pipelines: `make test-fast` skips them
@@ -298,6 +298,32 @@ def test_following_the_advice_for_a_damaged_file_rebuilds_it(smoke, tmp_path, cl
     assert all(p.exists() for p in damaged)
     after = _verdicts(cli, out)
     assert after == before and all(after[c] != claims.NOT_RUN for c in ("A1", "A5", "C0", "C3"))
+
+
+@pytest.mark.slow
+def test_a_deleted_or_damaged_run_file_is_rebuilt_as_said(tmp_path, cli, smoke):
+    """Issue 76.8: a run's deleted config.json or metrics.csv, or a metrics.csv that is not UTF-8,
+    made `reproduce` say "running the stage again to rebuild it" and rebuild nothing."""
+    out = tmp_path / "copy"
+    shutil.copytree(smoke, out)
+    before = _verdicts(cli, out)
+    fig4_run = sorted((out / "figure4" / "runs").iterdir())[0]
+    circuits_run = out / "circuits" / "runs" / CIRCUITS_RUN
+    (fig4_run / "config.json").unlink()
+    (circuits_run / "metrics.csv").unlink()
+    last = sorted((out / "figure4" / "runs").iterdir())[-1]
+    (last / "metrics.csv").write_bytes(b"\xff\xfe" + (last / "metrics.csv").read_bytes())
+    r = cli("reproduce", "--preset", "smoke", "--out", str(out))
+    assert r.code == 0, r.err
+    assert "running the figure4 stage again" in r.err and "running the circuits stage again" in r.err
+    assert (fig4_run / "config.json").is_file() and (circuits_run / "metrics.csv").is_file()
+    (last / "metrics.csv").read_text(encoding="utf-8")
+    for stage, path in (("figure4", fig4_run / "config.json"), ("circuits", circuits_run / "metrics.csv"),
+                        ("figure4", last / "metrics.csv")):
+        assert str(path.relative_to(out / stage)) in json.loads((out / stage / "done.json").read_text())["vouches"]
+    assert _verdicts(cli, out) == before
+    r = cli("reproduce", "--preset", "smoke", "--out", str(out))
+    assert r.code == 0 and "running" not in r.err, r.err
 
 
 def test_a_missing_stage_file_reruns_its_stage(tmp_path, cli):

@@ -411,3 +411,75 @@ def test_summary_of_the_wrong_shape_is_rebuilt(ckpt_run, tmp_path, cli):
     code, _, stderr = cli("train", "--preset", "sec9-smoke", "--steps", "20", "--ckpt-every", "10", "--out", str(run))
     assert code == 0, stderr
     assert json.loads((run / "summary.json").read_text())["seeds"] == good["seeds"]
+
+
+# --- a run that cannot start leaves nothing to block the next (issue 76.17) -------------------------
+
+
+def test_out_of_memory_while_building_is_one_line_and_leaves_no_config(tmp_path, monkeypatch, cli):
+    from stackedheads.training import loop
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(loop, "EnsembleTransformer", no_memory)
+    out = tmp_path / "run"
+    r = cli("train", "--preset", "smoke", "--out", out)
+    assert r.code == 2 and one_error(r.err) and "out of memory while building the model" in r.err, r.err
+    assert not out.exists()  # no config.json: the corrected run is no "other configuration"
+    monkeypatch.undo()
+    r = cli("train", "--preset", "smoke", "--out", out, "--steps", "10", "--final-window", "2")
+    assert r.code == 0, r.err
+
+
+def test_memory_of_a_very_deep_model_is_estimated_honestly():
+    """`--layers 100000` of the smoke preset needed about 23.5 GB; the estimate said 5 GB."""
+    from stackedheads import presets
+    from stackedheads.training.config import memory_needed
+
+    cfg = presets.get("smoke").override(n_layers=100_000)
+    assert sum(p[1] for p in memory_needed(cfg)) >= 20 * 2**30
+
+
+def test_redaction_without_memory_shows_nothing_unredacted(monkeypatch):
+    from stackedheads import errors
+
+    errors.register_secret("sk-secret-value-123")
+
+    def no_memory(text):
+        raise MemoryError
+
+    monkeypatch.setattr(errors, "redact_secrets", no_memory)
+    assert errors.redact("key sk-secret-value-123") == errors.NO_MEMORY
+
+
+# --- a run's config.json with impossible values names the file (issue 76.18) ---------------------------
+
+
+@pytest.mark.parametrize("change", [{"task": {"chains": None}}, {"optim": {"lr": "NaN"}}])
+@pytest.mark.parametrize("verb", [["attention", "{run}", "--out", "{tmp}/maps"],
+                                  ["circuit", "discover", "{run}", "--out", "{tmp}/d"],
+                                  ["circuit", "validate", "{run}", "--circuit", "{tmp}/c.json"]])
+def test_a_damaged_run_config_names_the_file_not_an_option(ckpt_run, tmp_path, cli, change, verb):
+    run = copy_run(ckpt_run, tmp_path / "run")
+    config = json.loads((run / "config.json").read_text())
+    for part, values in change.items():
+        config[part].update(values)
+    (run / "config.json").write_text(json.dumps(config))
+    head = {"layer": 0, "head": 0, "rules": "kept"}
+    (tmp_path / "c.json").write_text(json.dumps({"depth": 2, "heads": [head]}))  # loads; the run's config is read next
+    r = cli(*[a.format(run=run, tmp=tmp_path) for a in verb])
+    assert r.code == 2 and one_error(r.err), r.err
+    assert str(run / "config.json") in r.err and "--chains" not in r.err and "--lr" not in r.err, r.err
+
+
+# --- process counts follow the threads rule (issue 76.16) ----------------------------------------------
+
+
+@pytest.mark.parametrize("verb", [["sweep", "figure4", "--preset", "smoke"], ["sweep", "depth", "--preset", "smoke"],
+                                  ["reproduce", "--preset", "smoke"]])
+@pytest.mark.parametrize("workers", ["1000", "0"])
+def test_absurd_worker_counts_are_one_line(tmp_path, cli, verb, workers):
+    r = cli(*verb, "--out", tmp_path / "out", "--workers", workers)
+    assert r.code == 2 and one_error(r.err) and "--workers must be a whole number between 1 and" in r.err, r.err
+    assert not (tmp_path / "out").exists()

@@ -58,12 +58,20 @@ def redact_secrets(text: str) -> str:
     return text
 
 
+# Said instead of a text that could not be redacted for want of memory (made now: no allocation then).
+NO_MEMORY = "out of memory (the message could not be checked for secrets, so it is not shown)\n"
+
+
 def redact(text: str) -> str:
-    """``text`` without any registered secret, Authorization/api-key value or URL password."""
-    text = redact_secrets(str(text))
-    text = _HEADER.sub(lambda m: (m.group(1) or m.group(2) or m.group(3)) + REDACTED, text)
-    text = _URL_QUERY.sub(lambda m: m.group(1) + REDACTED, text)
-    return _URL_USERINFO.sub(lambda m: m.group(1) + REDACTED + "@", text)
+    """``text`` without any registered secret, Authorization/api-key value or URL password;
+    :data:`NO_MEMORY` where memory ran out while redacting (never the unredacted text)."""
+    try:
+        text = redact_secrets(str(text))
+        text = _HEADER.sub(lambda m: (m.group(1) or m.group(2) or m.group(3)) + REDACTED, text)
+        text = _URL_QUERY.sub(lambda m: m.group(1) + REDACTED, text)
+        return _URL_USERINFO.sub(lambda m: m.group(1) + REDACTED + "@", text)
+    except MemoryError:
+        return NO_MEMORY
 
 
 def public_url(url: str | None) -> str | None:

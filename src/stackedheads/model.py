@@ -38,7 +38,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import torch
@@ -46,128 +45,25 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from stackedheads.gradclip import clip_grad_norm_per_member_
+from stackedheads.costs import count_parameters, flops_per_step
 from stackedheads.errors import UsageError
+from stackedheads.model_config import CHOICES, ModelConfig, _is_int
+
+# ModelConfig (model_config.py), FLOP counting (costs.py) and per-member clipping (gradclip.py)
+# have modules of their own; importers of this module find them here too.
+__all__ = ["CHOICES", "HookFn", "INIT_STD", "LN_EPS", "TL_INIT_GAIN", "ModelConfig", "EnsembleTransformer", "HookPoint",
+           "LayerNorm", "Attention", "MLP", "Block", "ensemble_linear", "residual_linear", "causal_softmax",
+           "broadcast_pattern", "clip_grad_norm_per_member_", "count_parameters", "flops_per_step"]
 
 # A hook function: fn(activation, meta=..., hook_name=...) -> replacement or None (keep).
 HookFn = Callable[..., Tensor | None]
 
 INIT_STD = 0.02  # GPT-2's normal init (Radford et al., 2019; as in nanoGPT)
-# The choices Sec. 7.1 leaves open about the architecture's start (issue 39's screen); the
-# first of each is what every preset uses.
-CHOICES = {"in_init": ("gpt2", "torch"), "resid_scale": ("blocks", "sublayers"), "pos_embed": ("none", "learned"),
-           "weight_init": ("gpt2", "transformer-lens")}
 # TransformerLens's init_mode "gpt2" when initializer_range is unset: every weight matrix
 # N(0, 0.8 / sqrt(d_model)), no residual scaling (HookedTransformerConfig; issue 39's choice (h)).
 TL_INIT_GAIN = 0.8
 LN_EPS = 1e-5
-
-
-# ----------------------------------------------------------------------------- config
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """Shape of one transformer. Defaults: Sec. 7.1 with N = 4, K = 4, D = 3 (IC).
-
-    In a :class:`~stackedheads.training.TrainConfig` the first three follow the task.
-    """
-
-    d_in: int = field(default=8, metadata={"help": (
-        "input width, 2K: the token vector (K) and its positional encoding (K), Sec. 6."
-    )})
-    d_out: int = field(default=12, metadata={"help": (
-        "output width per query: D*K with the implicit curriculum, K without (Sec. 7)."
-    )})
-    n_queries: int = field(default=4, metadata={"help": (
-        "N; the readout is at the last n_queries positions (Sec. 6)."
-    )})
-    n_layers: int = field(default=2, metadata={"help": (
-        "transformer layers (Sec. 7.1: 1-8; 8.1: 12; 9.1: 24)."
-    )})
-    n_heads: int = field(default=8, metadata={"help": (
-        "attention heads per layer (Sec. 7.1: 8; 8.1, 9.1: 1)."
-    )})
-    d_model: int = field(default=128, metadata={"help": (
-        "residual stream width (Sec. 7.1, 8.1: 128; 9.1: 512)."
-    )})
-    d_head: int | None = field(default=None, metadata={"help": (
-        "head size; None is d_model // n_heads (GPT-2); Sec. 9.1 decouples it (16)."
-    )})
-    mlp: bool = field(default=True, metadata={"help": (
-        "a GELU MLP of width 4 d_model after each attention (Sec. 9.1 removes them)."
-    )})
-    n_ctx: int = field(default=0, metadata={"help": (
-        "sequence length, for a learned position table (follows the task; 0: unknown)."
-    )})
-    # The three below default to None, "as before they existed" (storage's rule for new settings),
-    # which is their first choice: a run folder written before them resumes.
-    in_init: str | None = field(default=None, metadata={"help": (
-        "the input projection's initialisation: \"gpt2\" (None; N(0, 0.02), bias 0, as every GPT-2 "
-        "weight) or \"torch\" (nn.Linear's default, U(-1/sqrt(d_in), 1/sqrt(d_in)) for weight and bias)."
-    )})
-    resid_scale: str | None = field(default=None, metadata={"help": (
-        "the residual output projections' std: \"blocks\" (None; 0.02/sqrt(2 n_layers), nanoGPT, also "
-        "without MLPs) or \"sublayers\" (0.02/sqrt(the residual sublayers: 2 per block with an MLP, 1 without))."
-    )})
-    pos_embed: str | None = field(default=None, metadata={"help": (
-        "\"none\" (None; positions only inside the inputs, Sec. 6) or \"learned\" (GPT-2's position "
-        "table, N(0, 0.02), added after the input projection)."
-    )})
-    weight_init: str | None = field(default=None, metadata={"help": (
-        "\"gpt2\" (None; nanoGPT's N(0, 0.02), the residual projections scaled by resid_scale) or "
-        "\"transformer-lens\" (TransformerLens's default: every weight matrix, the input projection and a "
-        "position table included, N(0, 0.8/sqrt(d_model)), none scaled; 0.035 at d_model 512)."
-    )})
-
-    def __post_init__(self) -> None:
-        for name in ("d_in", "d_out", "n_queries", "n_layers", "n_heads", "d_model"):
-            value = getattr(self, name)
-            if not _is_int(value) or value < 1:
-                raise UsageError(f"ModelConfig.{name} must be an integer >= 1, got {value!r}")
-        if self.d_head is None:
-            if self.d_model % self.n_heads:
-                raise UsageError(
-                    f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
-                    "pick another size or set d_head explicitly"
-                )
-        elif not _is_int(self.d_head) or self.d_head < 1:
-            raise UsageError(
-                f"ModelConfig.d_head must be None or an integer >= 1, got {self.d_head!r}"
-            )
-        if not isinstance(self.mlp, bool):
-            raise UsageError(f"ModelConfig.mlp must be true or false, got {self.mlp!r}")
-        for name, allowed in CHOICES.items():
-            if getattr(self, name) not in (None, *allowed):
-                raise UsageError(f"'{name}' must be one of {', '.join(allowed)}, got {getattr(self, name)!r}",
-                                 fields=(name,))
-            if getattr(self, name) == allowed[0]:  # the first choice named is the unset one: one setting, one spelling
-                object.__setattr__(self, name, None)
-        if self.weight_init and self.resid_scale:
-            raise UsageError("resid_scale scales GPT-2's init; TransformerLens's scales no residual projection",
-                             fields=("weight_init", "resid_scale"))
-        if not _is_int(self.n_ctx) or self.n_ctx < 0:
-            raise UsageError(f"ModelConfig.n_ctx must be an integer >= 0, got {self.n_ctx!r}")
-
-    @property
-    def head_dim(self) -> int:
-        """The resolved head size: ``d_head``, or ``d_model // n_heads`` when it is None."""
-        return self.d_head if self.d_head is not None else self.d_model // self.n_heads
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
-        """Inverse of :meth:`to_dict`. Unknown keys are an error (a typo would be silent)."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise UsageError(f"unknown ModelConfig keys {unknown}; known: {sorted(known)}")
-        return cls(**d)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 # ----------------------------------------------------------------------------- pieces
@@ -637,72 +533,9 @@ def _adapt(fn: HookFn, name: str, meta: Any) -> Callable[[nn.Module, Any, Tensor
     return hook
 
 
-# ----------------------------------------------------------------------------- training helpers
-
-
-@torch.no_grad()
-def clip_grad_norm_per_member_(model: EnsembleTransformer, max_norm: float) -> Tensor:
-    """Clip each member's gradient to ``max_norm`` on its own; returns the norms before, (E,).
-
-    ``torch.nn.utils.clip_grad_norm_`` on the ensemble would take one norm over all members
-    and couple them; this keeps member e identical to a model trained alone.
-    """
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    if not grads:
-        return torch.zeros(model.n_members)
-    sq = torch.stack([_member_sum(g.float().pow(2)) for g in grads])  # (P, E)
-    norms = sq.sum(dim=0).sqrt()  # (E,)
-    scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)
-    for g in grads:
-        g.mul_(scale.to(g.dtype).view(-1, *([1] * (g.ndim - 1))))
-    return norms
-
-
-def _member_sum(t: Tensor) -> Tensor:
-    """Sum of everything but the member axis, ``(E,)``."""
-    return t.flatten(1).sum(dim=1)
-
-
 def _choice_generator(seed: int, choice: str) -> torch.Generator:
     """A generator for the draws of one choice (``CHOICES``) of member ``seed``: apart from the
     seed's own stream and from the other choices' (a fixed odd multiplier mixes the seed, so seed
     s's stream for a choice is no other seed's main stream)."""
     stream = 1 + list(CHOICES).index(choice)
     return torch.Generator().manual_seed((seed * 0x9E3779B97F4A7C15 + stream) % 2**63)
-
-
-def count_parameters(config: ModelConfig) -> int:
-    """Parameters of one member (every weight, bias and LayerNorm gain)."""
-    d, L, dh, H = config.d_model, config.n_layers, config.head_dim, config.n_heads
-    attn = d * 3 * H * dh + 3 * H * dh + H * dh * d + d
-    mlp = (d * 4 * d + 4 * d + 4 * d * d + d) if config.mlp else 0
-    lns = 2 * d * (2 if config.mlp else 1)
-    pos = config.n_ctx * d if config.pos_embed == "learned" else 0
-    return config.d_in * d + d + pos + L * (attn + mlp + lns) + 2 * d + d * config.d_out + config.d_out
-
-
-def flops_per_step(config: ModelConfig, batch: int, seq_len: int, n_members: int = 1) -> float:
-    """Approximate FLOPs of one training step (forward + backward), for MFU.
-
-    Counting convention of Kaplan et al. (2020) / PaLM (Chowdhery et al., 2022, App. B):
-    a matmul with P weights costs 2 P FLOPs per token forward and 4 P backward, hence
-    6 P per token; attention adds QK^T and AV, 2 * 2 T d_head per token, head and layer
-    forward, so 12 L H d_head T per token for forward + backward. Per step::
-
-        flops = n_members * batch * (6 * (P_tok * T + P_read * N) + 12 * L * H * d_head * T * T)
-
-    where P_tok are the matmul weights applied at every position (W_in, qkv, W_O, MLP),
-    P_read = d_model * d_out is the readout applied at the N = n_queries positions only,
-    and T = seq_len. Left out: biases, LayerNorm, softmax, GELU, residual adds, the loss
-    and the optimiser -- a few percent with the MLP, more (~10-15%) for the thin MLP-free
-    model of Sec. 9.1, so MFU there is a lower bound. Slightly overcounted: W_in's backward
-    needs no input gradient (4 P, not 6 P; d_in is tiny). The causal mask is *not*
-    credited: like PaLM we count the full T x T scores although fused kernels skip the
-    masked half, so MFU is comparable with the usual numbers.
-    """
-    d, L, dh, H, T = config.d_model, config.n_layers, config.head_dim, config.n_heads, seq_len
-    per_layer = d * 3 * H * dh + H * dh * d + (8 * d * d if config.mlp else 0)
-    p_tok = config.d_in * d + L * per_layer
-    p_read = d * config.d_out
-    per_sequence = 6 * (p_tok * T + p_read * min(config.n_queries, T)) + 12 * L * H * dh * T * T
-    return float(n_members * batch * per_sequence)

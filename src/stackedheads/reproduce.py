@@ -23,7 +23,6 @@ names both use live in :mod:`stackedheads.layout`.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -32,8 +31,9 @@ from pathlib import Path
 from stackedheads import layout, theory
 from stackedheads.errors import UsageError, public_url
 from stackedheads.executors import Executor, Job, LocalExecutor, run_dir
-from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN
-from stackedheads.storage import DONE, RunFolder, atomic_write_text, read_state_json
+from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN, stage_done
+from stackedheads.statefiles import read_state_json
+from stackedheads.storage import RunFolder, atomic_write_text
 from stackedheads.sweep import Figure4Spec
 from stackedheads.tasks import prompts
 from stackedheads.training import TrainConfig
@@ -285,22 +285,14 @@ def stage_emergence(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
     }
 
 
-def stage_done(stage: RunFolder, name: str, note: bool = True) -> dict | None:
-    """A stage's summary if it finished and every file it wrote is still there and parses;
-    None when it must run (again: it resumes and rebuilds what is missing). The one reader of a
-    stage's done.json, for ``reproduce``, ``report`` and ``claims`` (``note``: say on stderr
-    that a stage will run again)."""
-    import math
-
-    saved = stage.done(f"the {name} stage's summary")
-    wall = saved.get("wall_s") if saved is not None else 0.0
-    # Written last: its absence means damage; a NaN or a negative time crashed the report.
-    if isinstance(wall, bool) or not isinstance(wall, (int, float)) or not math.isfinite(wall) or wall < 0:
-        raise UsageError(f"{stage.path / DONE} is damaged (no wall_s of seconds): delete it to run the {name} stage again (it resumes)")
-    if stage.missing is not None and note:
-        print(f"stackedheads: note: {stage.missing} is missing or damaged: running the {name} stage again to rebuild it",
-              file=sys.stderr)
-    return saved
+def _unfinish_runs(stage: RunFolder) -> None:
+    """A training run (``runs/<name>``) holding a file the stage's done marker vouched for that is
+    now missing or damaged is no longer finished: its summary.json goes, so that the stage trains
+    it again (from its checkpoints where they are kept) and the file is rebuilt."""
+    for bad in stage.missing_files:
+        run = next((p for p in bad.parents if p.parent.name == "runs" and stage.path in p.parents), None)
+        if run is not None:
+            (run / "summary.json").unlink(missing_ok=True)
 
 
 STAGES: dict[str, Callable[[ReproducePreset, Path, Context], dict]] = {
@@ -396,6 +388,7 @@ def _reproduce_locked(preset, folder: RunFolder, ctx: Context, choice, device, d
         if saved is not None:
             stages[name] = {**saved, "already_done": True}
             continue
+        _unfinish_runs(stage)
         stage.path.mkdir(exist_ok=True)
         t0 = time.perf_counter()
         result = STAGES[name](preset, stage.path, ctx)

@@ -1,38 +1,56 @@
-"""State files that survive crashes, full disks and two writers.
+"""State files that survive crashes, full disks and two writers, and the output folders that hold them.
 
 * :func:`atomic_write_text` / :func:`atomic_write_json`: write to a temporary file in the same
-  folder, fsync, then rename, so a reader sees the old file or the new one, never a torn one.
-* :func:`read_state_json`: a state file that is missing, truncated or of the wrong shape is
-  reported in one line (:class:`~stackedheads.errors.UsageError`) saying what to do.
-* :class:`FolderLock`: an exclusive ``flock`` on ``<folder>/.lock``; a second process gets a
-  one-line error naming the holder. The kernel drops the lock when its holder dies, so a
-  crashed run never leaves a stale lock behind. A lock taken with ``reentrant=True`` lets code
-  in the same process lock the folder again (a job runner around ``train``); otherwise a second
-  lock, even from this process, is refused.
-* :func:`safe_component`: a value read from a file (a seed, a model name) checked before it
-  becomes part of a path, so no file can steer a write outside ``--out``.
-* :class:`RunFolder`: an output folder of one kind (a training run, a Figure 4 sweep, ...): a
-  folder that holds another kind is refused before anything is written there, and its done
-  marker is trusted only while every file it vouches for is there and parses; the settings
-  its run recorded (config.json, sweep.json, ...) are checked against those asked for, in
-  one message for every kind.
+  folder, fsync, then rename, so a reader sees the old file or the new one, never a torn one;
+  :func:`replace_folder` does the same for a whole folder.
+* :class:`RunFolder`: an output folder of one kind (a training run, a Figure 4 sweep, an
+  analysis output, ...): a folder that holds another kind is refused before anything is
+  written there, and its done marker is trusted only while every file it vouches for is there
+  and parses; the settings its run recorded (config.json, sweep.json, ...) are checked against
+  those asked for, in one message for every kind. A path inside a ``reproduce`` folder is that
+  folder's own (:func:`check_outside_reproduce`).
+
+Reading (:mod:`stackedheads.statefiles`), locks (:mod:`stackedheads.locks`) and the checks of
+seeds and path components (:mod:`stackedheads.validators`) live in modules of their own; their
+names are importable from here too.
 """
 
 from __future__ import annotations
 
 import csv
-import fcntl
 import io
 import json
 import os
-import re
-import socket
 from pathlib import Path
 from typing import Any
 
 from stackedheads.errors import UsageError, redact_secrets
+from stackedheads.locks import LOCK_NAME, FolderLock, first_missing, lock_holder, remove_empty_folders
+from stackedheads.statefiles import (
+    MAX_JSON_DEPTH,
+    MAX_JSON_DIGITS,
+    MAX_READ_BYTES,
+    MAX_STATE_BYTES,
+    json_depth,
+    not_regular,
+    open_regular,
+    parse_json,
+    read_bytes,
+    read_state_json,
+    read_state_jsonl,
+    read_text,
+)
+from stackedheads.validators import MAX_SEED, check_seeds, safe_component
 
-LOCK_NAME = ".lock"
+__all__ = [  # the re-exported names are part of this module's interface
+    "LOCK_NAME", "FolderLock", "first_missing", "lock_holder", "remove_empty_folders",
+    "MAX_JSON_DEPTH", "MAX_JSON_DIGITS", "MAX_READ_BYTES", "MAX_STATE_BYTES", "json_depth", "not_regular",
+    "open_regular", "parse_json", "read_bytes", "read_state_json", "read_state_jsonl", "read_text",
+    "MAX_SEED", "check_seeds", "safe_component",
+    "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "replace_folder", "check_apart",
+    "DONE", "ANALYSIS_KINDS", "REPRODUCE_KIND", "folder_kinds", "require_kind", "enclosing_reproduce",
+    "check_outside_reproduce", "flat", "intact", "RunFolder",
+]
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -126,162 +144,6 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, allow_nan=False) + "\n")
 
 
-MAX_STATE_BYTES = 64 * 2**20  # a JSON state file (config, summary, circuit, ...) is far smaller
-MAX_READ_BYTES = 1024 * 2**20  # any file read whole (metrics.csv, samples.jsonl, a figure)
-
-
-def read_bytes(path: str | Path, what: str, limit: int = MAX_READ_BYTES) -> bytes:
-    """The bytes of ``path``, at most ``limit`` of them: a larger file (or /dev/zero, which never
-    ends) is one line instead of a read that fills memory or never returns."""
-    path = Path(path)
-    if path.is_dir():
-        raise UsageError(f"{path} is a folder, not a file ({what})")
-    with open(path, "rb") as f:
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise UsageError(f"{path} is over {limit // 2**20} MiB ({what}): not a file this command writes")
-    return data
-
-
-def read_text(path: str | Path, what: str, limit: int = MAX_READ_BYTES) -> str:
-    """:func:`read_bytes` decoded as UTF-8 (a decoding error is the caller's to report)."""
-    return read_bytes(path, what, limit).decode("utf-8")
-
-
-def read_state_json(path: str | Path, what: str, expect: type = dict) -> Any:
-    """A JSON state file, or one line saying it is damaged and what to do."""
-    path = Path(path)
-    try:
-        data = json.loads(read_text(path, what, MAX_STATE_BYTES))
-    except FileNotFoundError:
-        raise UsageError(f"{path} is missing ({what})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise UsageError(f"{path} is damaged (not valid JSON; {what}): delete it to rebuild it") from None
-    if not isinstance(data, expect):
-        raise UsageError(f"{path} has the wrong shape ({what}: expected a JSON {expect.__name__}): delete it to rebuild it")
-    return data
-
-
-_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
-
-
-def safe_component(value: Any, what: str) -> str:
-    """``str(value)`` if it is one harmless path component (no ``/``, ``..``, NUL, leading dot)."""
-    text = str(value)
-    if not _SAFE.match(text) or ".." in text:
-        raise UsageError(f"{what} {text[:60]!r} cannot name a folder (letters, digits, . _ + - only)")
-    return text
-
-
-# Seeds name folders (``seed{s}``) and become int64 tensors and generator seeds: one rule for
-# every command and file.
-MAX_SEED = 2**63 - 1
-
-
-def check_seeds(seeds: Any, where: str | Path) -> tuple[int, ...]:
-    """Seeds given or read from a file: a non-empty list of integers from 0 to :data:`MAX_SEED`."""
-    if (
-        not isinstance(seeds, (list, tuple)) or not seeds
-        or not all(type(s) is int and 0 <= s <= MAX_SEED for s in seeds)
-    ):
-        shown = list(seeds) if isinstance(seeds, tuple) else seeds
-        raise UsageError(f"{where}: seeds must be a non-empty list of integers from 0 to 2**63-1, got {str(shown)[:60]}")
-    return tuple(seeds)
-
-
-_HELD: dict[Path, list] = {}  # folder -> [fd, depth]: re-entrant locks this process holds
-
-
-class FolderLock:
-    """Exclusive lock on an output folder for the life of one process's work on it."""
-
-    def __init__(
-        self, folder: str | Path, what: str = "this folder", reentrant: bool = False,
-        elsewhere: str | None = "choose another 'out'",
-    ) -> None:
-        self.folder = Path(folder)
-        self.what = what
-        self.reentrant = reentrant
-        self.elsewhere = elsewhere  # the way out besides waiting, naming 'out'; None where the command has no other folder
-        self._fd: int | None = None
-        self._key: Path | None = None
-        self._new_folder: Path | None = None
-        self._new_lock = False
-
-    def __enter__(self) -> FolderLock:
-        # What this lock brings into being, so that work refused before it wrote anything
-        # leaves no folder and no .lock behind (__exit__).
-        self._new_folder = self._outermost_missing(self.folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        key = self.folder.resolve()
-        if key in _HELD:  # held re-entrantly by this process: flock would refuse a second open
-            _HELD[key][1] += 1
-            self._key = key
-            return self
-        path = self.folder / LOCK_NAME
-        self._new_lock = not path.exists()
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
-            os.close(fd)
-            alternative = f" or {self.elsewhere}" if self.elsewhere else ""
-            raise UsageError(
-                f"{self.folder} is in use by {holder}; wait for it to finish{alternative}", fields=("out",) if alternative else (),
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
-        self._fd = fd
-        if self.reentrant:
-            self._key = key
-            _HELD[key] = [fd, 1]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        held = _HELD.get(self._key) if self._key is not None else None
-        if held is not None:
-            held[1] -= 1
-            if held[1] > 0:
-                return
-            del _HELD[self._key]
-        if self._fd is not None:
-            failed = exc and exc[0] is not None
-            if failed and self._new_lock and not any(p.name != LOCK_NAME for p in self.folder.iterdir()):
-                (self.folder / LOCK_NAME).unlink(missing_ok=True)  # still held: no one else can be at work here
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
-            if failed and self._new_folder is not None:
-                remove_empty_folders(self.folder, self._new_folder)
-
-    @staticmethod
-    def _outermost_missing(folder: Path) -> Path | None:
-        return first_missing(folder)
-
-
-def first_missing(folder: str | Path) -> Path | None:
-    """The first folder on the way to ``folder`` that does not exist yet (None: all do)."""
-    missing = None
-    for p in (Path(folder), *Path(folder).parents):
-        if p.exists():
-            break
-        missing = p
-    return missing
-
-
-def remove_empty_folders(folder: Path, upto: Path) -> None:
-    """Remove ``folder`` and its parents up to ``upto`` while they are empty (rmdir refuses a
-    folder that something else wrote into meanwhile)."""
-    for p in (folder, *folder.parents):
-        try:
-            p.rmdir()
-        except OSError:
-            return
-        if p == upto:
-            return
-
-
 def check_apart(out: str | Path, inputs: list, option: str = "out") -> None:
     """Refuse an output folder that is one of the ``inputs`` or lies inside one: its files would
     mix with (or overwrite) those it is made from."""
@@ -290,22 +152,6 @@ def check_apart(out: str | Path, inputs: list, option: str = "out") -> None:
         source = Path(given).resolve()
         if where == source or source in where.parents:
             raise UsageError(f"'{option}' {out} lies inside the input {given}; choose a folder outside it", fields=(option,))
-
-
-def lock_holder(folder: str | Path) -> str | None:
-    """Who holds ``folder``'s lock now (None when no one does), without creating a lock file."""
-    path = Path(folder) / LOCK_NAME
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
-    finally:
-        os.close(fd)
-    return None
 
 
 # --- what a folder holds, and what it has finished -------------------------------------------------
@@ -322,6 +168,18 @@ _MARKER_FILES = {
     "metrics.csv": "training run",
 }
 _CONFIG_KEYS = {"task": "training run", "identity": "llm-bench run", "preset": "reproduce run"}
+# Analysis outputs, recognised by the files their verb writes (theory.save_table, the timelines of
+# emergence, discovery's circuits, circuits.maps' figures, llm.export's folders).
+_ANALYSIS_FILES = {
+    "theory.jsonl": "theory table",
+    "seed*/timeline.json": "emergence output",
+    "seed*/circuit.json": "discovered circuits",
+    "mean.png": "attention maps",
+    "attention_stats.json": "attention maps",
+    "lm_eval": "prompts export",
+}
+ANALYSIS_KINDS = frozenset(_ANALYSIS_FILES.values())
+REPRODUCE_KIND = "reproduce run"
 DONE = "done.json"
 _VOUCHES = "vouches"  # the done marker's list of the files it vouches for (relative paths)
 
@@ -331,12 +189,42 @@ def folder_kinds(folder: str | Path) -> set[str]:
     folder = Path(folder)
     found = {kind for name, kind in _MARKER_FILES.items() if (folder / name).is_file()}
     try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        config = read_state_json(folder / "config.json", "a run's configuration")
+    except (OSError, UsageError):
         config = None  # no config, or a damaged one: its owner reports that in one line
     if isinstance(config, dict):
         found |= {kind for key, kind in _CONFIG_KEYS.items() if key in config}
+    found |= {kind for pattern, kind in _ANALYSIS_FILES.items() if next(iter(folder.glob(pattern)), None) is not None}
     return found
+
+
+def require_kind(folder: str | Path, kind: str, what: str = "run folder") -> None:
+    """Refuse ``folder`` unless it holds ``kind`` (a reproduce or benchmark folder has a
+    config.json too, which would be read as the wrong thing), naming what it holds."""
+    kinds = folder_kinds(folder)
+    if kind not in kinds:
+        held = ", ".join(sorted(kinds)) or f"no {kind}"
+        raise UsageError(f"{folder} is not a {what} (it holds {held}); give a {kind}'s folder")
+
+
+def enclosing_reproduce(path: str | Path) -> Path | None:
+    """The ``reproduce`` folder that ``path`` lies inside (not ``path`` itself), or None: its
+    stage folders (theory, circuits/maps, emergence/timeline, report, ...) are written by
+    ``reproduce`` alone, which vouches for them in each stage's done marker."""
+    where = Path(path).resolve()
+    for parent in where.parents:
+        if (parent / "config.json").is_file() and REPRODUCE_KIND in folder_kinds(parent):
+            return parent
+    return None
+
+
+def check_outside_reproduce(path: str | Path, option: str = "out") -> None:
+    """Refuse an output path inside a ``reproduce`` folder (:func:`enclosing_reproduce`)."""
+    rep = enclosing_reproduce(path)
+    if rep is not None:
+        stage = Path(path).resolve().relative_to(rep).parts[0]
+        raise UsageError(f"'{option}' {path} lies inside the reproduce folder {rep} (its {stage!r} files), which only "
+                         "`reproduce` writes; choose a folder outside it", fields=(option,))
 
 
 def flat(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -384,11 +272,11 @@ def intact(path: str | Path) -> bool:
             return data.startswith(_PNG_START) and data.endswith(_PNG_END)
         text = data.decode("utf-8")
         if path.suffix == ".json":
-            json.loads(text)
+            parse_json(text, path, "an output file")
         elif path.suffix == ".jsonl":
             for line in text.splitlines():
                 if line.strip():
-                    json.loads(line)
+                    parse_json(line, path, "an output file")
         elif path.suffix == ".svg":
             return "<svg" in text and text.rstrip().endswith("</svg>")
         else:
@@ -407,7 +295,8 @@ class RunFolder:
     :func:`folder_kinds`), or a stage folder of ``reproduce`` (no kind of its own).
 
     * :meth:`check` refuses a folder that holds another kind (``shares``: kinds that may live
-      in the same folder), or a file where the folder should be, creating nothing.
+      in the same folder), or a file where the folder should be, creating nothing. A writer of
+      no kind (``kind`` None) is refused the folders of runs, sweeps and benchmarks only.
     * :meth:`lock` checks, then takes the folder's :class:`FolderLock`.
     * :meth:`mark_done` writes ``done.json`` last: a summary of the work and the list of files
       it vouches for (all but hidden files and checkpoints, which a finished run no longer needs
@@ -419,12 +308,16 @@ class RunFolder:
         self.path = Path(path)
         self.kind = kind
         self.shares = shares
-        self.missing: Path | None = None  # set by done(): the vouched-for file that is gone or damaged
+        self.missing: Path | None = None  # set by done(): the first vouched-for file that is gone or damaged
+        self.missing_files: list[Path] = []  # set by done(): every one of them
 
     def check(self) -> None:
         if self.path.exists() and not self.path.is_dir():
             raise UsageError(f"{self.path} exists and is not a folder; choose another 'out'", fields=("out",))
-        other = sorted(folder_kinds(self.path) - {self.kind, *self.shares}) if self.path.is_dir() else []
+        found = folder_kinds(self.path) if self.path.is_dir() else set()
+        if self.kind is None:  # a writer that names no kind of its own: only the analysis outputs it may resume
+            found -= ANALYSIS_KINDS
+        other = sorted(found - {self.kind, *self.shares})
         if other:
             raise UsageError(f"{self.path} holds another kind of output ({', '.join(other)}); choose another 'out'", fields=("out",))
 
@@ -469,7 +362,7 @@ class RunFolder:
         """The done marker's summary; None when there is none, or when a file it vouches for is
         missing or damaged (then :attr:`missing` names it, and the work must run again to
         rebuild it). A damaged marker is one line (:func:`read_state_json`)."""
-        self.missing = None
+        self.missing, self.missing_files = None, []
         path = self.path / DONE
         if not path.exists():
             return None
@@ -477,8 +370,8 @@ class RunFolder:
         vouched = saved.pop(_VOUCHES, [])  # markers written before it vouched for files trust as before
         if not isinstance(vouched, list) or not all(isinstance(f, str) for f in vouched):
             raise UsageError(f"{path} is damaged (its list of files): delete it to run the work again (it resumes)")
-        bad = next((f for f in vouched if not _parses(self.path / f)), None)
-        if bad is not None:
-            self.missing = self.path / bad
+        self.missing_files = [self.path / f for f in vouched if not _parses(self.path / f)]
+        if self.missing_files:
+            self.missing = self.missing_files[0]
             return None
         return saved

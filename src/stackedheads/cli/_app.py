@@ -160,7 +160,8 @@ def apply_threads(threads: int | None, device: str) -> None:
 
 def out_path(value) -> Path:
     """Every output path a verb takes (``parser=out_path``): never empty, since ``Path("")`` is the
-    current folder (``--out ""`` wrote a run wherever the user stood), nor the filesystem root."""
+    current folder (``--out ""`` wrote a run wherever the user stood), nor the filesystem root, nor
+    a path inside a ``reproduce`` folder."""
     from pathlib import Path
 
     text = str(value)
@@ -171,11 +172,17 @@ def out_path(value) -> Path:
         raise typer.BadParameter(f"{text} is the filesystem root: give a folder under it")
     if path.is_symlink() and not path.exists():  # mkdir would say "File exists" of a path that is not there
         raise typer.BadParameter(f"{text} is a symbolic link to a path that does not exist: give a real path")
+    from stackedheads.storage import check_outside_reproduce
+
+    try:
+        check_outside_reproduce(path)  # a reproduce folder's stages are its own
+    except UsageError as e:
+        raise typer.BadParameter(str(e).replace("'out' ", "")) from None
     return path
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:
-    from stackedheads.storage import check_seeds
+    from stackedheads.validators import check_seeds
 
     try:
         seeds = tuple(int(x) for x in text.split(",") if x.strip())
@@ -230,7 +237,7 @@ def config_fields() -> list[tuple[str, type, str]]:
     import dataclasses
     import typing
 
-    from stackedheads.model import ModelConfig
+    from stackedheads.model_config import ModelConfig
     from stackedheads.tasks.vectors import VectorTaskConfig
     from stackedheads.training.config import OptimConfig, TrainConfig
 

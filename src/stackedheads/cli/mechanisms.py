@@ -34,7 +34,7 @@ def attention_cmd(
     --over-training, how each head's attention sharpens and settles on positions over the checkpoints."""
     from stackedheads.storage import RunFolder
 
-    RunFolder(out).check()  # its figures never mix into a run's, a sweep's or a benchmark's folder
+    RunFolder(out, "attention maps").check()  # its figures never mix into another output's folder
     if over_training:
         from stackedheads.circuits import saturation
 
@@ -99,9 +99,14 @@ def circuit_discover_cmd(
     """Find every member's circuit automatically: the simplest head assignments that keep the loss low."""
     from stackedheads.circuits.ablate import path_key
     from stackedheads.circuits.discover import DiscoverConfig, discover_run
+    from stackedheads.origins import check_discovery_out
+    from stackedheads.storage import RunFolder
 
+    RunFolder(out, "discovered circuits").check()
+    only = None if seeds is None else parse_seeds(seeds)
+    check_discovery_out(run_dir, out, only)  # never another run's circuits beside this one's
     found = discover_run(run_dir, out, checkpoint=checkpoint, cfg=DiscoverConfig(tolerance=tolerance, threshold=threshold),
-                         seeds=None if seeds is None else parse_seeds(seeds))
+                         seeds=only)
     for seed, d in found.items():
         s = d.summary()
         from stackedheads.claims.circuits import budget_text
@@ -134,8 +139,15 @@ def emergence_cmd(
 ) -> None:
     """Attention per circuit path across checkpoints, emergence steps and their order (Section 9)."""
     from stackedheads.emergence import emergence_run
+    from stackedheads.origins import check_emergence_out, record_emergence_out
+    from stackedheads.storage import RunFolder, require_kind
 
+    if (run_dir / "config.json").exists():  # a reproduce or benchmark folder is no run (a missing config: said below)
+        require_kind(run_dir, "training run")
+    RunFolder(out, "emergence output").check()
+    check_emergence_out(run_dir, out)  # one run's seeds (or pieces of one result) per folder
     summary = emergence_run(run_dir, out, circuits, n_seqs=seqs)
+    record_emergence_out(run_dir, out)
     per = summary["steps_per_epoch"]  # the paper's epochs (Sec. 9.1: 8 steps each for sec9)
     table = Table(title="emergence: first step with mean attention > 0.5")
     for col in ("seed", "path", "step", "epoch"):

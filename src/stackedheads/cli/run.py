@@ -69,7 +69,7 @@ def reproduce_cmd(
     from stackedheads.executors import make_executor
     from stackedheads.report import write_report
     from stackedheads.reproduce import LLMChoice, reproduce, resolve_llm
-    from stackedheads.storage import FolderLock
+    from stackedheads.locks import FolderLock
 
     chosen = presets.reproduce(preset)
     if (llm_backend is None) != (llm_model is None):
@@ -87,6 +87,9 @@ def reproduce_cmd(
         if "llm" not in skip:
             choice = resolve_llm(chosen, choice)
             choice.check()  # here, so that its errors name the --llm-* flags (reproduce() checks it again)
+    from stackedheads.perf import check_threads
+
+    check_threads(workers, "workers")  # processes at once: the threads rule (1 to 4 per core)
     runner = make_executor(executor, ray_address, workers=workers, threads=threads)  # validates the options
     apply_threads(threads, device or chosen.figure4.base.device)  # as train: local jobs may run in this process
     if executor == "local":
@@ -193,7 +196,7 @@ def report_cmd(
 ) -> None:
     """Write DIR/report/index.html: claims vs measurements, every figure, configs and versions (offline)."""
     from stackedheads.report import check_folder, write_report
-    from stackedheads.storage import FolderLock
+    from stackedheads.locks import FolderLock
 
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir} is not a folder")

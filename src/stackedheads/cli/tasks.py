@@ -44,7 +44,7 @@ def prompts_cmd(
     if export is not None:
         from stackedheads.storage import RunFolder
 
-        RunFolder(export).check()  # not into a run's, a sweep's or a benchmark's folder
+        RunFolder(export, "prompts export").check()  # not into another output's folder
     questions = prompts.generate_many(formulation, depth=depth, chains=chains, n=n, seed=seed)
     if export is not None:
         from stackedheads.llm.export import export_questions
@@ -73,7 +73,7 @@ def theory_cmd(
     if out is not None:
         from stackedheads.storage import RunFolder
 
-        RunFolder(out).check()  # not into a run's, a sweep's or a benchmark's folder
+        RunFolder(out, "theory table").check()  # not into another output's folder
     rows = theory.theory_table(max_depth)
     if as_json:
         for r in rows:

@@ -77,6 +77,9 @@ def _sweep_runner(name: str, executor: str, ray_address, ray_cpus_per_job: float
     """The progress display, the executor and the per-job callback every sweep verb uses: local
     jobs report every step; Ray tasks run elsewhere, so a bar counts finished jobs instead."""
     from stackedheads.executors import make_executor
+    from stackedheads.perf import check_threads
+
+    check_threads(workers, "workers")  # processes at once: the threads rule (1 to 4 per core)
 
     bar, factory = progress_bar(name)
     ray_options = {"cpus_per_job": ray_cpus_per_job} if executor == "ray" else {}

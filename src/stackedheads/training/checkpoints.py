@@ -41,11 +41,9 @@ def checkpoint_for(run_dir: str | Path, step: int | None = None) -> Path:
     run_dir = Path(run_dir)
     if not (run_dir / "config.json").exists():
         raise UsageError(f"{run_dir} is not a run folder (no config.json)")
-    from stackedheads.storage import folder_kinds
+    from stackedheads.storage import require_kind
 
-    kinds = folder_kinds(run_dir)
-    if "training run" not in kinds:  # a reproduce or benchmark folder has a config.json too
-        raise UsageError(f"{run_dir} is not a run folder (it holds {', '.join(sorted(kinds)) or 'no training config'}); give a training run's folder")
+    require_kind(run_dir, "training run")
     ckpts = dict(list_checkpoints(run_dir))
     if not ckpts:
         raise UsageError(f"{run_dir} has no checkpoint yet")
@@ -232,13 +230,13 @@ def _check_belongs(path: Path, meta: dict[str, str]) -> None:
     run_config = path.parent.parent / "config.json"
     if path.parent.name != "checkpoints" or not run_config.exists():
         return
-    from stackedheads.storage import read_state_json
+    from stackedheads.statefiles import parse_json, read_state_json
 
     try:
-        have = TrainConfig.from_dict(json.loads(meta["config"]))
+        have = TrainConfig.from_dict(parse_json(meta["config"], path, "a checkpoint's header"))
     except (ValueError, TypeError):  # a damaged header (UsageError is a ValueError): load_model says so
         return
-    if have != TrainConfig.from_dict(read_state_json(run_config, "a training run's config")):
+    if have != TrainConfig.from_dict(read_state_json(run_config, "a training run's config"), run_config):
         raise ForeignCheckpoint(
             f"checkpoint {path} was written by a run of another configuration than {run_config} "
             "(copied from another run?); move it out of the run folder"

@@ -2,7 +2,7 @@
 
 Three parts, each owned by the module that uses it: the task
 (:class:`~stackedheads.tasks.vectors.VectorTaskConfig`, Sec. 6-7), the architecture
-(:class:`~stackedheads.model.ModelConfig`, Sec. 7.1, 8.1, 9.1) and the optimiser and schedule
+(:class:`~stackedheads.model_config.ModelConfig`, Sec. 7.1, 8.1, 9.1) and the optimiser and schedule
 (:class:`OptimConfig`, "the recipe of Radford et al. (2019)"). What is left belongs to the run:
 seeds, batch, steps, evaluation and checkpoints, device.
 
@@ -21,9 +21,9 @@ import torch
 
 from stackedheads.checks import check_types
 from stackedheads.errors import UsageError
-from stackedheads.model import ModelConfig
+from stackedheads.model_config import ModelConfig
 from stackedheads.perf import MAX_THREADS_PER_CORE, check_threads
-from stackedheads.storage import check_seeds
+from stackedheads.validators import check_seeds
 from stackedheads.tasks.vectors import VectorTaskConfig
 
 # "tf32": float32 tensors, TensorFloat-32 matmuls on a CUDA GPU (10-bit mantissa products,
@@ -265,8 +265,8 @@ class TrainConfig:
             return cls._from_dict(d)
         try:
             return cls._from_dict(d)
-        except UsageError as e:  # "'chains' must be ..." named no file
-            raise UsageError(f"{where}: {e}", fields=e.fields) from None
+        except UsageError as e:  # a value read from a file: the file is named, no option (nobody gave one)
+            raise UsageError(f"{where}: {e}") from None
 
     @classmethod
     def _from_dict(cls, d: dict) -> TrainConfig:
@@ -385,24 +385,35 @@ def check_device(device: str) -> None:
 # --- what a run needs of the machine ---------------------------------------------------------------
 
 
+TENSOR_BYTES = 256  # the least a tensor costs beside its numbers (TensorImpl, storage, Python object)
+MODULE_BYTES = 1024  # the least an nn.Module instance costs (its object and its dicts of parts and hooks)
+
+
 def memory_needed(cfg: TrainConfig) -> list[tuple[str, int, str, dict[str, float]]]:
     """Lower bounds, in bytes, of what training ``cfg`` holds at once: ``(what, bytes, where,
     {option: its factor against the defaults})`` per part (``where``: "device" or "host").
 
     Lower bounds, so that a run refused could never have fitted: AdamW keeps four float32
-    copies of every parameter; a step keeps at least two activations of d_model floats per token
-    and layer for backward; the validation set sits in memory as inputs and per-token metadata;
-    each member keeps its epoch's order of the training set (8 bytes per example)."""
+    copies of every parameter; backward needs what each layer's operations saved per token (the
+    input and output of each layer norm, q, k, v and the attention's output and log-sum-exp,
+    the MLP's hidden layer before and after GELU); every layer is a handful of modules and five
+    tensors per parameter (value, gradient, two AdamW moments, its step count); the validation
+    set sits in memory as inputs and per-token metadata; each member keeps its epoch's order of
+    the training set (8 bytes per example)."""
     m, t = cfg.model, cfg.task
     members, tokens = len(cfg.seeds), t.seq_len
     d, attn = m.d_model, m.n_heads * m.head_dim
     per_layer = 4 * d * attn + (8 * d * d if m.mlp else 0) + 4 * d
     params = m.n_layers * per_layer + d * (m.d_in + m.d_out)
     shape = {"n_layers": m.n_layers / 2, "d_model": (d / 128) ** 2, "seeds": members}
+    saved = 4 * d + 4 * attn + m.n_heads + (8 * d if m.mlp else 0)  # numbers per token and layer
+    width = 2 if cfg.dtype == "bfloat16" else 4
+    objects = (5 + 2 * m.mlp) * MODULE_BYTES + 5 * (6 + 6 * m.mlp) * TENSOR_BYTES  # per layer
     return [
         ("the model and its optimizer state", 16 * params * members, "device", shape),
-        ("a training step's activations", 2 * 4 * members * cfg.batch_size * tokens * d * m.n_layers, "device",
+        ("a training step's activations", width * members * cfg.batch_size * tokens * saved * m.n_layers, "device",
          {"batch_size": cfg.batch_size / 512, "chains": t.chains / 4, "depth": t.depth / 3, **shape}),
+        ("the layers' modules and tensors", objects * m.n_layers, "host", {"n_layers": m.n_layers / 2}),
         ("the validation set", t.n_val * tokens * (4 * (t.d_in + t.d_out) + 32), "host",
          {"n_val": t.n_val / 4096, "chains": t.chains / 4, "depth": t.depth / 3}),
         ("the training set's order", 8 * t.n_train * members, "host", {"n_train": t.n_train / 2**20, "seeds": members}),

@@ -117,15 +117,26 @@ def _train_locked(cfg: TrainConfig, folder: RunFolder, dev: torch.device, progre
             return read_summary(run_dir, cfg)
     else:
         cfg = cfg.resolved()
-        atomic_write_json(run_dir / CONFIG_FILE, cfg.to_dict())
     with torch_threads(cfg.threads), matmul_mode(dev, cfg.dtype):
-        return _train_steps(cfg, run_dir, dev, progress, stop_after)
+        return _train_steps(cfg, run_dir, dev, progress, stop_after, new=recorded is None)
 
 
-def _train_steps(cfg: TrainConfig, run_dir: Path, dev: torch.device, progress, stop_after) -> dict:
+def _build(cfg: TrainConfig, dev: torch.device) -> tuple[EnsembleTransformer, torch.optim.Optimizer]:
+    """The ensemble and its optimiser; running out of memory is one line (nothing built is kept)."""
+    try:
+        model = EnsembleTransformer(cfg.model_config(), seeds=list(cfg.seeds)).to(dev)
+        return model, make_optimizer(model, cfg)
+    except MemoryError:
+        pass  # out of the handler first: its traceback holds what was built
+    raise UsageError("out of memory while building the model: choose fewer 'n_layers', a smaller 'd_model' or fewer 'seeds'",
+                     fields=("n_layers", "d_model", "seeds"))
+
+
+def _train_steps(cfg: TrainConfig, run_dir: Path, dev: torch.device, progress, stop_after, new: bool = False) -> dict:
     dtype = DTYPES[cfg.dtype]
-    model = EnsembleTransformer(cfg.model_config(), seeds=list(cfg.seeds)).to(dev)
-    opt = make_optimizer(model, cfg)
+    model, opt = _build(cfg, dev)
+    if new:  # recorded once the model exists: a run that could not start leaves no config to block the next
+        atomic_write_json(run_dir / CONFIG_FILE, cfg.to_dict())
     columns = metric_columns(cfg)
     metrics_path = run_dir / "metrics.csv"
     wall0 = 0.0

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from stackedheads.errors import UsageError
-from stackedheads.storage import atomic_write_json, atomic_write_text, read_state_json, read_text
+from stackedheads.statefiles import read_state_json, read_text
+from stackedheads.storage import atomic_write_json, atomic_write_text
 from stackedheads.training.checkpoints import list_checkpoints
 from stackedheads.training.config import TrainConfig
 
@@ -22,15 +23,15 @@ def metric_columns(cfg: TrainConfig) -> list[str]:
 
 def _metrics_text(path: Path) -> str:
     try:
-        return read_text(path, "a training run's metrics")  # bounded, as every state read
-    except UnicodeDecodeError:  # was a traceback in train, claims, report and reproduce
+        return read_text(path, "a training run's metrics")  # bounded, regular files only, as every state read
+    except UnicodeDecodeError:
         raise UsageError(f"{path} is damaged (not UTF-8 text): it is no metrics.csv this program wrote") from None
 
 
 def _check_header(path: Path, header: list[str] | None, columns: list[str] | None = None) -> None:
-    """A header without a row's keys was a KeyError: 'step' (no header at all: an empty file)."""
+    """The header of metrics.csv: ``columns`` where known, else step, seed, ..., wall_s."""
     if header is None:
-        return
+        raise UsageError(f"{path} is empty (no header): the file is damaged; delete it and train again")
     ok = header == columns if columns is not None else header[:2] == ["step", "seed"] and "wall_s" in header
     if not ok:
         raise UsageError(f"{path}: its header {','.join(header)[:80]!r} is not that of metrics.csv "
@@ -38,27 +39,65 @@ def _check_header(path: Path, header: list[str] | None, columns: list[str] | Non
 
 
 def _parse_row(r: dict) -> dict | None:
+    """A row's numbers; None where one is missing, not a number, or impossible (a loss or a time
+    that is not finite and >= 0, a negative step or seed)."""
     try:
-        return {k: (int(v) if k in ("step", "seed") else float(v)) for k, v in r.items()}
+        row = {k: (int(v) if k in ("step", "seed") else float(v)) for k, v in r.items()}
     except (TypeError, ValueError):
         return None
+    if not all(math.isfinite(v) and v >= 0 for v in row.values()):
+        return None
+    return row
+
+
+def _bad_row(path: Path, n: int, r: dict) -> UsageError:
+    wrong = next((f"{k} = {v!r}" for k, v in r.items() if k is not None and _parse_row({k: v}) is None), "a missing value")
+    return UsageError(f"{path} row {n} (step {str(r.get('step'))[:20]!r}): {wrong[:60]} is not a finite number >= 0; the file "
+                      "is damaged: delete summary.json beside it and train again (the rows are rebuilt from the checkpoint before it)")
+
+
+def _finished_run(run_dir: Path) -> tuple[int, list] | None:
+    """(steps, seeds) of a finished run (summary.json beside its metrics), read from config.json;
+    None for a run still training, or one whose config is no training config."""
+    if not (run_dir / "summary.json").exists():
+        return None
+    try:
+        config = read_state_json(run_dir / "config.json", "a training run's configuration")
+    except (OSError, UsageError):
+        return None
+    steps, seeds = config.get("steps"), config.get("seeds")
+    if type(steps) is not int or not isinstance(seeds, list):
+        return None
+    return steps, seeds
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
-    """Rows of metrics.csv; a last line cut off by a crash (no newline) is ignored."""
-    path = Path(run_dir) / "metrics.csv"
+    """Rows of metrics.csv, every value a finite number >= 0. A last line cut off by a crash (no
+    newline) is ignored while the run trains; in a finished run the file must be whole (a
+    truncated file would be judged on the rows left)."""
+    run_dir = Path(run_dir)
+    path = run_dir / "metrics.csv"
     text = _metrics_text(path)
+    finished = _finished_run(run_dir)
     if text and not text.endswith("\n"):
+        if finished is not None:
+            raise UsageError(f"{path} is truncated (its last line is cut off) though the run finished: the file is damaged; "
+                             "delete summary.json beside it and train again (the rows are rebuilt from the checkpoints)")
         text = text[: text.rfind("\n") + 1]
     rows = []
     reader = csv.DictReader(io.StringIO(text))
     _check_header(path, reader.fieldnames)
-    for r in reader:
+    for n, r in enumerate(reader, 1):
         parsed = _parse_row(r)
         if parsed is None or None in r:
-            raise UsageError(f"{path} has a malformed row at step {r.get('step')!r}; delete summary.json beside it and "
-                             "train again: the rows are rebuilt from the checkpoint before it")
+            raise _bad_row(path, n, r)
         rows.append(parsed)
+    if finished is not None:
+        steps, seeds = finished
+        missing = [s for s in seeds if max((r["step"] for r in rows if r["seed"] == s), default=0) < steps]
+        if missing:
+            raise UsageError(f"{path} is truncated (no row up to step {steps} for seed {missing[0]}) though the run finished: "
+                             "the file is damaged; delete summary.json beside it and train again (the rows are rebuilt)")
     return rows
 
 
@@ -98,7 +137,8 @@ def truncate_metrics(path: Path, last_step: int, columns: list[str]) -> None:
         text = text[: text.rfind("\n") + 1]
     rows = []
     reader = csv.DictReader(io.StringIO(text))
-    _check_header(path, reader.fieldnames, columns)
+    if reader.fieldnames is not None:  # an empty file (a crash before its header) is rewritten whole
+        _check_header(path, reader.fieldnames, columns)
     for r in reader:
         parsed = _parse_row(r)
         if parsed is None or None in r:
