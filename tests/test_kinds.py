@@ -153,7 +153,6 @@ def test_a_copy_of_a_run_is_the_same_run(tmp_path, ckpt_run):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="emergence.check_circuit_run (lead's) must take origins.same_run for samefile")
 def test_emergence_takes_the_circuits_of_a_copy_of_its_own_folder(cli, tmp_path, ckpt_run):
     """`cp -a` of a folder holding a run and its circuits: the copy's circuits name the original
     run, which the copy is (item 26)."""

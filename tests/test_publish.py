@@ -36,7 +36,7 @@ def test_publishing_a_name_again_replaces_it_as_a_whole(cli, kinds, tmp_path):
     on_disk = sorted(p.relative_to(res / "mix").as_posix() for p in (res / "mix").rglob("*") if p.is_file())
     assert on_disk == sorted([*ref["files"], "reference.json"])  # none of the sweep's files stay
     assert "sweep.json" not in on_disk and claims_json(cli, res / "mix") == claims_json(cli, kinds / "train")
-    assert sorted(p.name for p in res.iterdir()) == ["mix"]  # no staging folder left beside it
+    assert sorted(p.name for p in res.iterdir()) == ["README.md", "mix"]  # the index, and no staging folder left beside it
     # A refused publish leaves the reference it would have replaced as it was.
     unfinished = tmp_path / "unfinished"
     unfinished.mkdir()

@@ -245,12 +245,11 @@ def write_results_jsonl(rows: Sequence[dict], path: Path) -> None:
 def read_results(out: str | Path) -> list[dict]:
     """The rows of a depth folder's ``results.jsonl`` ([] when the sweep has not finished)."""
     path = Path(out) / "results.jsonl"
+    from stackedheads.storage import read_state_jsonl
+
     if not path.exists():
         return []
-    try:
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise UsageError(f"{path} is damaged: run the sweep again to rebuild it (finished runs are kept)") from None
+    return read_state_jsonl(path, "a depth sweep's results")
 
 
 

@@ -21,7 +21,6 @@ the first point of every curve.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,8 @@ from stackedheads.circuits.rules import path_attention
 from stackedheads.errors import UsageError
 from stackedheads.ordering import end_of_plateau, order_of
 from stackedheads.plots import pyplot, save_figure
-from stackedheads.storage import RunFolder, atomic_write_json, check_seeds
+from stackedheads.origins import same_run
+from stackedheads.storage import RunFolder, atomic_write_json, check_seeds, read_state_json
 from stackedheads.training import (
     TrainConfig,
     list_checkpoints,
@@ -253,7 +253,7 @@ def check_circuit_run(circuit: Circuit, path: Path, run_dir: Path, seed: int) ->
         return  # a hand-written circuit names no run
     recorded = Path(info.run)
     try:
-        same = recorded.samefile(run_dir) if recorded.exists() else recorded.name == Path(run_dir).resolve().name
+        same = same_run(recorded, run_dir) if recorded.exists() else recorded.name == Path(run_dir).resolve().name
     except OSError:
         same = False
     if not same:
@@ -327,7 +327,7 @@ def timeline_summary(out: Path, cfg: TrainConfig, run_dir: Path) -> dict:
     seeds = {}
     for path in (p for p in out.glob("seed*/timeline.json") if p.parent.name[4:].isdigit()):
         try:
-            t = json.loads(path.read_text())
+            t = read_state_json(path, "an emergence timeline")
             steps, epochs = t["steps"], t["epochs"]
             entry = {k: t[k] for k in SUMMARY_FIELDS}
         except (OSError, ValueError, KeyError, TypeError) as e:

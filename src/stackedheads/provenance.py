@@ -17,7 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from stackedheads.storage import atomic_write_text
+from stackedheads.storage import atomic_write_text, read_text
 
 SEGMENTS_FILE = "segments.jsonl"
 _CODE = Path(__file__).resolve().parent
@@ -72,7 +72,7 @@ def record_segment(run_dir: Path, from_step: int, settings: dict) -> dict:
     if str(settings.get("device", "cpu")).startswith("cuda") and torch.cuda.is_available():
         line["gpu"] = torch.cuda.get_device_name(torch.device(settings["device"]))
     path = Path(run_dir) / SEGMENTS_FILE
-    old = path.read_text(encoding="utf-8") if path.is_file() else ""
+    old = read_text(path, "a run's segments") if path.is_file() else ""
     if old and not old.endswith("\n"):
         old += "\n"
     atomic_write_text(path, old + json.dumps(line, sort_keys=True) + "\n")
@@ -86,7 +86,7 @@ def read_segments(run_dir: Path) -> list[dict]:
     if not path.is_file():
         return []
     out = []
-    for text in path.read_text(encoding="utf-8").splitlines():
+    for text in read_text(path, "a run's segments").splitlines():
         try:
             line = json.loads(text)
         except json.JSONDecodeError:

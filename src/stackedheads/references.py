@@ -9,7 +9,6 @@ commit, the machine and the wall time; never checkpoints or model files) and a
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -390,7 +389,7 @@ def load(folder: Path) -> dict:
         from stackedheads.claims import beyond
         from stackedheads.depth import read_results
 
-        phase = json.loads((folder / "phase.json").read_text(encoding="utf-8"))
+        phase = read_state_json(folder / "phase.json", "a depth phase diagram")
         tables.append({"title": "Layers needed per D: trained (every seed) vs theory",
                        **beyond.layers_rows(phase, beyond.d2_per_depth(read_results(folder)))})
     # A reference covers the stages it ran: the others' NOT RUN rows would only be noise.

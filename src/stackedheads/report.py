@@ -40,6 +40,7 @@ from stackedheads.storage import (
     atomic_write_text,
     intact,
     read_bytes,
+    read_text,
 )
 
 PACKAGES = (
@@ -178,7 +179,7 @@ def _llm_section(folder: Path) -> dict | None:
 
 
 def _stages(run: Path) -> tuple[list[dict], str]:
-    from stackedheads.reproduce import stage_done
+    from stackedheads.layout import stage_done
 
     rows, total = [], 0.0
     for name in STAGE_NAMES:
@@ -208,7 +209,7 @@ def _configs(run: Path) -> list[dict]:
         ("circuits: transformers A-C config.json", layout.training_run(run / "circuits", CIRCUITS_RUN) / "config.json"),
         ("emergence: transformer D config.json", layout.training_run(run / "emergence", EMERGENCE_RUN) / "config.json"),
     ]
-    return [{"name": name, "text": p.read_text()} for name, p in files if p.exists()]
+    return [{"name": name, "text": read_text(p, name)} for name, p in files if p.exists()]
 
 
 def check_folder(run: Path) -> dict:

@@ -7,7 +7,6 @@ report draws them. No torch."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,15 +77,11 @@ def read_json(path: Path, shape: Any = object, stage_dir: Path | None = None) ->
 
 def read_jsonl(path: Path, shape: Any = dict) -> list[dict]:
     """A stage's JSON-lines file ([] when absent), each line of ``shape``."""
+    from stackedheads.storage import read_state_jsonl
+
     if not path.exists():
         return []
-    try:
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        rows = None
-    if rows is None or not all(isinstance(r, dict) for r in rows):
-        raise UsageError(f"{path} is damaged (a line is not a JSON object): delete its stage's done.json and re-run to rebuild it")
-    return expect(rows, [shape], path)
+    return expect(read_state_jsonl(path, "a stage's results"), [shape], path)
 
 
 # What the claims and the report read of the training run's summary.json and of a discovery's

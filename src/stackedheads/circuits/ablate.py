@@ -24,7 +24,6 @@ any other until its removal is shown to be harmless.
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
@@ -173,10 +172,10 @@ class Circuit:
             raise UsageError(f"no circuit file {p}")
         if p.is_dir():
             raise UsageError(f"{p} is a folder, not a circuit file")
-        from stackedheads.storage import MAX_STATE_BYTES, read_text
+        from stackedheads.storage import read_state_json
 
-        try:  # bounded: --circuit /dev/zero would be read forever
-            return cls.from_dict(json.loads(read_text(p, "a circuit file", MAX_STATE_BYTES)))
+        try:  # bounded in size and depth: --circuit /dev/zero would be read forever
+            return cls.from_dict(read_state_json(p, "a circuit file"))
         except UsageError:
             raise
         except (KeyError, ValueError, TypeError) as e:

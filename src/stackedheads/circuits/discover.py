@@ -33,7 +33,6 @@ shortcuts, how ties rank and which paths a rule carries come from the rule objec
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from itertools import combinations
 from pathlib import Path
@@ -606,11 +605,13 @@ def _check_same_discovery(out: Path, now: list[int], step: int, cfg: DiscoverCon
     """The seeds already in ``out`` that this discovery leaves as they are must come from the same
     checkpoint and settings: ``claims`` and ``seeds`` read the folder as one discovery (a seed
     discovered while the run was still training, or with another threshold, would mix in)."""
+    from stackedheads.storage import read_state_json
+
     for other in sorted(out.glob("seed*/circuit.json")):
         if other.parent.name[4:] in {str(s) for s in now}:
             continue  # rewritten now
         try:
-            info = json.loads(other.read_text(encoding="utf-8")).get("info", {})
+            info = read_state_json(other, "a discovered circuit").get("info", {})
         except (OSError, ValueError, AttributeError):
             raise UsageError(f"{other} is not a readable circuit: remove it or discover into another folder") from None
         if info.get("checkpoint") != step or info.get("config") != asdict(cfg):

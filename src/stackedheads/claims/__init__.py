@@ -73,7 +73,7 @@ def collect(run: str | Path) -> list[Claim]:
     """Every claim re-evaluated from the files of the ``reproduce`` folder ``run``; a file of
     the wrong shape is one line naming it (each section checks what it reads, where it reads it)."""
     from stackedheads.layout import STAGE_NAMES
-    from stackedheads.reproduce import stage_done
+    from stackedheads.layout import stage_done
     from stackedheads.storage import RunFolder
 
     run = Path(run)

@@ -146,7 +146,7 @@ def claims_cmd(
 
 @app.command("seeds")
 def seeds_cmd(
-    folders: list[Path] = typer.Argument(..., help="Folders with circuits/ or emergence/ stages (reproduce folders, results/sec8, ...): several are set side by side."),
+    folders: list[Path] = typer.Argument(..., help="Folders with circuits/ or emergence/ stages (reproduce folders, results/sec8/gpt2, ...): several are set side by side."),
     label: list[str] = typer.Option([], "--label", help="A name per folder, in order (default: the folder's name)."),
     as_json: bool = typer.Option(False, "--json", help="Print the seeds, distributions and comparison as JSON."),
     as_markdown: bool = typer.Option(False, "--markdown", help="Print Markdown tables instead of the console's."),
@@ -224,12 +224,9 @@ def publish_cmd(
 
     Refuses, before writing anything, a file that git would ignore in results/ (a clone would lack it), an
     unfinished or locked run, and a copy whose claims would read otherwise than the run's."""
-    import re
-
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
-        raise UsageError(f"--name {name!r}: letters, digits, '.', '_' and '-' only")
     root = results or references.REPOSITORY_RESULTS
-    ref = references.publish(run_dir, root / name, title=title, command=command,
+    dest = references.destination(root, name)
+    ref = references.publish(run_dir, dest, title=title, command=command,
                              commit=git_commit() if commit is None else commit,  # an empty --commit is refused, not HEAD
-                             wall_s=wall_s, notes=notes, include=tuple(include))
-    console.print(f"{root / name}: {len(ref.files)} files kept")
+                             wall_s=wall_s, notes=notes, include=tuple(include), name=name)
+    console.print(f"{dest}: {len(ref.files)} files kept")

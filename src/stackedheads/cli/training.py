@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from stackedheads import recipes
 from stackedheads.cli._app import (
     out_path,
     THREADS_HELP,
@@ -26,12 +27,7 @@ from stackedheads.cli._app import (
 def train_cmd(
     out: Path = typer.Option(..., "--out", "-o", parser=out_path, help="Run folder; running again resumes it."),
     preset: str = typer.Option("quick", "--preset", "-p", help="A training preset: paper, quick, quick-n4, smoke, sec8, sec8-quick, sec8-smoke, sec9, sec9-quick, sec9-smoke."),
-    recipe: Optional[str] = typer.Option(None, "--recipe", help=(
-        "A named change to the preset's recipe (docs/training.md, 'The recipe screen'): gpt2 (the presets'), "
-        "paper-curriculum (the screen's nearest to Sec. 9's curriculum: transformer-lens), "
-        "constant-clip, warmup-constant, train-2048, train-16384, train-65536, torch-in-init, resid-sublayers, "
-        "pe-pair, learned-pos, float32, tl-init; combined: transformer-lens, torch-in-init-constant, "
-        "torch-in-init-warmup-constant, constant-clip-train-16384. Options given beside it override it.")),
+    recipe: Optional[str] = typer.Option(None, "--recipe", help=recipes.help_text()),
     **fields,
 ) -> None:
     """Train an ensemble of GPT-2-style transformers on the vector task (Section 7.1).
