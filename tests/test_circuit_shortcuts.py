@@ -3,7 +3,7 @@ other chains' tokens, mixtures of two rules), and the diagnosis of rows no rule 
 
 import pytest
 import torch
-from test_circuits import Forced, train_forced
+from helpers import Forced, train_forced
 
 from stackedheads.circuits import discover as disc
 from stackedheads.circuits import rules
@@ -244,7 +244,7 @@ def test_discovery_names_a_head_forced_to_read_a_fixed_position(monkeypatch):
 
 def _summary(paths, unexplained=(), diagnosis=(), combined=(0.02, 0.03, 0.04), mapped_rows=()):
     """A discovery summary (D = 3, 12 heads, absolute 0.05) as summary.json holds it."""
-    from test_claims import pair_maps
+    from helpers import pair_maps
 
     with_paths = sorted({(p[0], p[1]) for p in paths})
     retrieval = sorted({(p[0], p[1]) for p in paths if isinstance(p[3], int) and p[3] >= 0})

@@ -3,6 +3,7 @@
 import pytest
 import torch
 from conftest import is_figure
+from helpers import KNOWN, Forced, train_forced  # noqa: F401
 from helpers import one_error
 
 from stackedheads.circuits import rules
@@ -15,7 +16,6 @@ from stackedheads.circuits.ablate import (
     HeadSpec,
     ablated_loss,
     loss_table,
-    pattern_hooks,
     replaced_patterns,
 )
 from stackedheads.circuits.discover import (
@@ -31,7 +31,7 @@ from stackedheads.circuits.discover import (
 from stackedheads.claims import sec8
 from stackedheads.errors import UsageError
 from stackedheads.model import EnsembleTransformer, ModelConfig
-from stackedheads.tasks.vectors import VectorTaskConfig, batch_indices, make_batch
+from stackedheads.tasks.vectors import VectorTaskConfig, make_batch
 
 U, KEPT = rules.UNIFORM, rules.KEPT
 
@@ -81,57 +81,6 @@ def test_rule_mass_finds_the_rule_a_pattern_was_made_from():
 
 
 # --- a model whose circuit is known by construction ------------------------------------------
-
-# D = 2 by composition: x_1's second token first reads x_2's (s_2 -> s_4), then the query
-# reads x_1's token (s_0 -> s_2) and gets x_1 and x_2 from it. Both paths are necessary.
-KNOWN = Circuit(
-    depth=2,
-    heads=[
-        HeadSpec(0, 0, {"first": U, "second": "s+2", "query": U}),
-        HeadSpec(1, 0, {"first": U, "second": U, "query": "s+2"}),
-        HeadSpec.whole(2, 0, U),
-    ],
-)
-
-
-class Forced(EnsembleTransformer):
-    """Attention is the known circuit's (its Q and K are never used); the rest is trained."""
-
-    circuit = KNOWN
-
-    def _forced(self, meta):
-        return pattern_hooks(replaced_patterns(self.circuit, meta))
-
-    def hooks(self, fwd_hooks=(), meta=None):  # every hooked run goes through here (the Ablator's too)
-        return super().hooks([*self._forced(meta), *fwd_hooks], meta)
-
-    def member(self, e):
-        m = super().member(e)
-        m.__class__ = type(self)
-        return m
-
-
-def train_forced(cls, drops=(), steps=400):
-    """Train ``cls`` (a Forced model); each step one of ``drops`` (path removals, as the
-    per-path ablation makes them), or none, is applied on top, so that each redundant head
-    must do the job alone."""
-    torch.manual_seed(0)
-    task = VectorTaskConfig(chains=2, depth=2, n_train=2**14, n_val=256)
-    cfg = ModelConfig(d_in=task.d_in, d_out=task.d_out, n_queries=2, n_layers=3, n_heads=1, d_model=32)
-    model = cls(cfg, seeds=[0])
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
-    cache: dict = {}
-    options = [None, *drops]
-    for step in range(steps):
-        b = make_batch(task, batch_indices(task.n_train, 128, 0, step, cache))
-        drop = options[step % len(options)]
-        hooks = pattern_hooks(replaced_patterns(cls.circuit, b.meta, remove=drop)) if drop else []
-        loss = ((model.run_with_hooks(b.inputs, b.meta, hooks)[0] - b.targets) ** 2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return model, task, make_batch(task, range(256), "val")
-
 
 @pytest.fixture(scope="module")
 def forced_model():

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from test_circuits import Forced, train_forced
+from helpers import Forced, train_forced
 
 from stackedheads.circuits import rules
 from stackedheads.circuits.ablate import (
