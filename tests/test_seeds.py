@@ -49,7 +49,7 @@ def test_each_seed_is_judged_alone_and_agrees_with_claims(tmp_path):
     combined = {c.id: c.verdict for c in claims.folder_claims(folder) if c.id.startswith("E")}
     assert combined == {k: claims.combine(r.verdicts[k] for r in run.rows) for k in combined}
     assert a.plateau_epochs == pytest.approx(3560 / 8) and a.loss_drops == {"x1": 100, "x2": 200, "x3": 300, "x4": 400}
-    assert a.emerged_at == {"x1": 3600, "x2": 3920, "x3": 4400, "x4": 5600} and a.emergence_order == "in order"
+    assert a.emerged_at == {"x1": 3560, "x2": 3880, "x3": 4360, "x4": 5560} and a.emergence_order == "in order"
     s = run.summary()
     assert s["final_val_loss"] == {"median": pytest.approx(0.04), "min": 0.03, "max": 0.05}
     assert s["emerged_in_order"] == 1 and s["loss_drops_in_order"] == 2
@@ -63,7 +63,7 @@ def test_a_position_that_never_emerges_is_not_in_order(tmp_path):
     (run,) = seeds.collect_seeds([emergence_folder(tmp_path / "run", [0.03], [never])])
     assert run.rows[0].verdicts["E3"] == INCONCLUSIVE and run.summary()["emerged_in_order"] == 0
     head, rows = seeds.seed_table(run)
-    assert "never" in rows[0][head.index("x1.. emerged (checkpoint)")]
+    assert "never" in rows[0][head.index("x1.. emerged (step)")]
 
 
 def test_recipes_side_by_side(tmp_path):

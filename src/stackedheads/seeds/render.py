@@ -49,7 +49,7 @@ def seed_table(run: RunSeeds) -> tuple[list[str], list[list[str]]]:
     head = ["seed", "final val MSE", "max partial"]
     if run.section == "sec9":
         head += ["x1 below 0.8 (epoch)", "x1.. below C2 (steps)", "gaps (epochs)", "plateau (epochs)", "train-val gap",
-                 "first paths", "x1.. emerged (checkpoint)", "distance"]
+                 "first paths", "x1.. emerged (step)", "distance"]
     head += ["useful heads", "unexplained rows", "shortcut heads", *ids]
     rows = []
     for r in run.rows:

@@ -17,8 +17,12 @@ from stackedheads.stages import (
     finished_metrics,
     heads_in,
     loss_drops,
+    position_times,
     read_timeline,
+    relabelled,
+    relabelled_timeline,
     stage_from_files,
+    times_order,
     training_summary,
 )
 
@@ -45,7 +49,7 @@ class SeedRow:
     train_val_gap: float | None = None  # val minus the training batches' loss (before each update) over the final window
     first_paths: list[str] = field(default_factory=list)
     loss_drop_order: str | None = None  # ordering.order_of over loss_drops (E4)
-    emerged_at: dict[str, int | None] | None = None  # Sec. 9: first checkpoint each position's new paths are all >= 0.5
+    emerged_at: dict[str, int | None] | None = None  # Sec. 9: the step each position's first new path crosses 0.5 (E3's primary reading)
     no_path_of_its_own: list[str] = field(default_factory=list)  # positions E3 cannot time
     emergence_order: str | None = None  # the timeline's order of the positions (E3)
     verdicts: dict[str, str] = field(default_factory=dict)  # claim id -> verdict on this seed
@@ -186,8 +190,9 @@ def section_seeds(folder: Path, stage_name: str, label: str) -> RunSeeds | None:
         if found is not None:
             row.useful_heads = found["n_useful_heads"]
             row.n_heads = heads_in(train["config"]) if stage["train"] else None
-            row.unexplained_rows = len(found["unexplained_heads"])
-            row.shortcut_heads = len(found.get("shortcut_heads", []))
+            named = relabelled(found)  # a row whose rule catches under half its attention is unexplained
+            row.unexplained_rows = len(named["unexplained_heads"])
+            row.shortcut_heads = len(named.get("shortcut_heads", []))
         if section == "sec8":
             claims = [] if found is None else sec8.circuit_claims(_one_seed(stage, seed))
         else:  # E4 needs no circuit: a seed without one is judged from its metrics
@@ -205,10 +210,11 @@ def section_seeds(folder: Path, stage_name: str, label: str) -> RunSeeds | None:
             plateau, row.first_paths, _ = end_of_plateau(t)
             row.plateau_epochs = None if plateau is None else plateau * per
             row.plateau_from = "path"
-            # "seen" (the first checkpoint) is optional in older timelines: their interpolated step
-            row.emerged_at = {x: p["seen"] if "seen" in p else p["step"] for x, p in t["positions"].items()}
-            row.no_path_of_its_own = [x for x, p in t["positions"].items() if not p["new_paths"]]
-            row.emergence_order = t["order"]
+            # E3's primary reading: each position at its first new path's interpolated crossing
+            times = position_times(relabelled_timeline(t, found), "first-path", found)
+            row.emerged_at = {x: None if w is None else round(w) for x, (w, _, _) in times.items()}
+            row.no_path_of_its_own = [x for x, (_, paths, _) in times.items() if not paths]
+            row.emergence_order = times_order(times)
         if section == "sec9" and stage["train"]:
             _from_metrics(row, metrics, train["config"])
         rows.append(row)
