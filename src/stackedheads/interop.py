@@ -66,8 +66,11 @@ def _whole(name: str, value: object, least: int | None = None) -> None:
 def _tl() -> Any:
     """The transformer_lens module, or one line saying how to install it."""
     try:
-        import transformer_lens
-        from transformer_lens import HookedTransformer  # noqa: F401 (4.x raises ImportError here)
+        with warnings.catch_warnings():
+            # tqdm.auto in a notebook without ipywidgets warns once, about progress bars TL never shows here.
+            warnings.filterwarnings("ignore", message="IProgress not found")
+            import transformer_lens
+            from transformer_lens import HookedTransformer  # noqa: F401 (4.x raises ImportError here)
     except ImportError as e:
         if "removed in TransformerLens 4.0" in str(e):
             raise UsageError(f"this TransformerLens has no HookedTransformer (removed in 4.0): {INSTALL} "
