@@ -25,6 +25,8 @@ And an independent check of circuit validation (App. E, steps 5-6): :func:`ablat
 recomputes every row of ``circuit validate`` through TransformerLens's forward pass and hooks
 (the replaced rows, uniform ones included, set at ``hook_pattern``) and its own MSE;
 :func:`check_run` puts both side by side (``python -m stackedheads.interop check RUN --circuit FILE``).
+Its pieces serve a notebook too (docs/tutorial.ipynb, part 4): :func:`partial_losses` is the val
+MSE per chain position under any TL hooks, :func:`uniform_attention_hook` App. E's ablation of one head.
 
 TransformerLens is an optional dependency (``pip install 'stackedheads[interop]'``) and is
 imported inside the functions: ``import stackedheads`` stays cheap. Pinned to 3.9.0, the last
