@@ -1,5 +1,5 @@
 # make test: create .venv when missing, install (and Chromium for the browser test), run the tests.
-# make test-fast: the same without the tests marked slow (browser, Ray, llama.cpp server, kills, reproduce): under a minute.
+# make test-fast: the same without the tests marked slow (browser, Ray, llama.cpp server, kills, reproduce, the tutorial notebook): under a minute.
 # make demo: create .venv when missing, run the main job on the quick preset.
 PYTHON ?= python3
 VENV ?= .venv

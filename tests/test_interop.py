@@ -267,6 +267,36 @@ def test_the_check_command_prints_both_columns(trained, capsys):
     assert "no circuit file" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("n_val", ["0", "-5"])
+def test_the_check_command_refuses_a_count_of_sequences_below_one(trained, capsys, n_val):
+    run, circuits = trained
+    assert main(["check", str(run), "--circuit", str(circuits / "seed1" / "circuit.json"), "--n-val", n_val]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == f"error: n_val must be a whole number >= 1, got {n_val}\n"
+
+
+@pytest.mark.parametrize("n_val", [0, -5, True, 2.5, "64"])
+def test_check_run_refuses_a_count_of_sequences_that_is_not_one_or_more(trained, n_val):
+    run, circuits = trained
+    with pytest.raises(UsageError, match=re.escape(f"n_val must be a whole number >= 1, got {n_val!r}")):
+        check_run(run, circuits / "seed1" / "circuit.json", n_val=n_val)
+
+
+@pytest.mark.parametrize("seed", ["0", False, True, 0.0, None])
+def test_a_seed_that_is_not_a_whole_number_is_refused_as_such(trained, tmp_path, seed):
+    run, _ = trained
+    hooked, embed = to_transformer_lens(run, seed=0)
+    want = re.escape(f"seed must be a whole number, got {seed!r}")
+    with pytest.raises(UsageError, match=want):
+        to_transformer_lens(run, seed)
+    with pytest.raises(UsageError, match=re.escape(f"member must be a whole number, got {seed!r}")):
+        model_to_transformer_lens(load_model(checkpoint_for(run))[0], seed)
+    if seed is not None:  # write_run's seed=None is documented: the run's first seed
+        with pytest.raises(UsageError, match=want):
+            write_run(hooked, embed, run, tmp_path / "out", seed=seed)
+        assert not (tmp_path / "out").exists()
+
+
 def test_an_edited_model_is_judged_by_circuit_validate(trained, tmp_path, cli):
     run, circuits = trained
     hooked, embed = to_transformer_lens(run, seed=1)
@@ -339,3 +369,30 @@ def test_the_docs_example_runs_as_written(tmp_path, monkeypatch, cli):
                    "stackedheads circuit validate", "python -m stackedheads.interop"]
     assert (tmp_path / "runs" / "sec9-smoke-edited" / "config.json").exists()
     assert "circuits-vis" in (tmp_path / "attention.html").read_text()
+
+
+def test_partial_losses_through_transformer_lens_equal_ours_with_and_without_a_head_ablated():
+    from stackedheads.circuits.ablate import ablated_loss
+    from stackedheads.circuits.rules import uniform_causal
+    from stackedheads.interop import partial_losses, uniform_attention_hook
+
+    cfg = presets.get("sec9-smoke").override(n_heads=2, d_head=8)
+    model = shaken(EnsembleTransformer(cfg.model_config(), seeds=[0, 1]))  # sharp patterns: ablations bite
+    batch = validation_batch(cfg)[:64]
+    hooked, embed = model_to_transformer_lens(model, 1)
+    member = model.member(1)
+    plain = partial_losses(hooked, embed, batch, cfg.task)
+    assert len(plain[1]) == cfg.task.depth
+    assert abs(plain[0] - ablated_loss(member, batch, cfg.task)[0]) < 1e-6
+    B, T = batch.inputs.shape[:2]
+    for layer in range(cfg.model.n_layers):
+        for head in range(cfg.model.n_heads):
+            whole = torch.ones(B, T, dtype=torch.bool)
+            want = ablated_loss(member, batch, cfg.task, {layer: {head: (uniform_causal(B, T), whole)}})
+            got = partial_losses(hooked, embed, batch, cfg.task, [uniform_attention_hook(layer, head)])
+            assert abs(got[0] - want[0]) < 1e-6 and all(abs(p - q) < 1e-6 for p, q in zip(got[1], want[1]))
+            assert abs(got[0] - plain[0]) > 1e-3  # the ablation bites: equal losses would prove little
+    with pytest.raises(UsageError, match="layer 0 has 2 heads; asked for head 3"):
+        partial_losses(hooked, embed, batch, cfg.task, [uniform_attention_hook(0, 3)])
+    with pytest.raises(UsageError, match="head must be a whole number >= 0, got -1"):
+        uniform_attention_hook(0, -1)

@@ -25,6 +25,8 @@ And an independent check of circuit validation (App. E, steps 5-6): :func:`ablat
 recomputes every row of ``circuit validate`` through TransformerLens's forward pass and hooks
 (the replaced rows, uniform ones included, set at ``hook_pattern``) and its own MSE;
 :func:`check_run` puts both side by side (``python -m stackedheads.interop check RUN --circuit FILE``).
+Its pieces serve a notebook too (docs/tutorial.ipynb, part 4): :func:`partial_losses` is the val
+MSE per chain position under any TL hooks, :func:`uniform_attention_hook` App. E's ablation of one head.
 
 TransformerLens is an optional dependency (``pip install 'stackedheads[interop]'``) and is
 imported inside the functions: ``import stackedheads`` stays cheap. Pinned to 3.9.0, the last
@@ -56,11 +58,21 @@ GELU_TANH = ("gelu_pytorch_tanh", "gelu_new")  # ours is F.gelu(approximate="tan
 DEFAULT_N_CTX = 1024  # TL needs some n_ctx; only a learned position table reads it (ours sets it then)
 
 
+def _whole(name: str, value: object, least: int | None = None) -> None:
+    """One line unless ``value`` is an int (a bool is not), at least ``least`` when given."""
+    if not isinstance(value, int) or isinstance(value, bool) or (least is not None and value < least):
+        floor = "" if least is None else f" >= {least}"
+        raise UsageError(f"{name} must be a whole number{floor}, got {value!r}", fields=(name,))
+
+
 def _tl() -> Any:
     """The transformer_lens module, or one line saying how to install it."""
     try:
-        import transformer_lens
-        from transformer_lens import HookedTransformer  # noqa: F401 (4.x raises ImportError here)
+        with warnings.catch_warnings():
+            # tqdm.auto in a notebook without ipywidgets warns once, about progress bars TL never shows here.
+            warnings.filterwarnings("ignore", message="IProgress not found")
+            import transformer_lens
+            from transformer_lens import HookedTransformer  # noqa: F401 (4.x raises ImportError here)
     except ImportError as e:
         if "removed in TransformerLens 4.0" in str(e):
             raise UsageError(f"this TransformerLens has no HookedTransformer (removed in 4.0): {INSTALL} "
@@ -113,6 +125,7 @@ def hooked_config(cfg: ModelConfig, device: str | torch.device = "cpu") -> Any:
 @torch.no_grad()
 def model_to_transformer_lens(model: EnsembleTransformer, member: int = 0) -> tuple[Any, VectorEmbed]:
     """``(hooked, embed)`` for member ``member`` (an index) of ``model``, in float32 on its device."""
+    _whole("member", member)
     tl = _tl()
     one = model.member(member)
     cfg = one.config
@@ -163,6 +176,7 @@ def to_transformer_lens(run_dir: str | Path, seed: int, step: int | None = None,
 
     ``hooked(embed(batch.inputs), start_at_layer=0)[:, -N:]`` are our outputs at the N readout
     positions and ``blocks.{l}.attn.hook_pattern`` our patterns, to float32 rounding."""
+    _whole("seed", seed)
     _tl()  # one line before any file is read
     from stackedheads.training import checkpoint_for, load_model
 
@@ -264,6 +278,8 @@ def write_run(hooked: Any, embed: VectorEmbed, like: str | Path, out: str | Path
 
     like, out = Path(like), Path(out)
     cfg = TrainConfig.from_dict(read_state_json(like / "config.json", "a training run's config"))
+    if seed is not None:
+        _whole("seed", seed)
     seed = cfg.seeds[0] if seed is None else seed
     if seed not in cfg.seeds:
         raise UsageError(f"{like} has seeds {list(cfg.seeds)}; asked for seed {seed}", fields=("seed",))
@@ -319,22 +335,44 @@ def _tl_hooks(patterns: dict) -> list:
     return [(f"blocks.{layer}.attn.hook_pattern", make(heads)) for layer, heads in patterns.items()]
 
 
+def uniform_attention_hook(layer: int, head: int) -> tuple[str, Any]:
+    """A ``(hook name, hook)`` pair for ``run_with_hooks``: head ``head`` of layer ``layer``
+    attends uniformly over the causal prefix (every row ``t``: ``1/(t+1)`` on ``0..t``), the
+    paper's ablation of a head (App. E)."""
+    _whole("layer", layer, least=0)
+    _whole("head", head, least=0)
+
+    from stackedheads.circuits.rules import uniform_causal
+
+    def fn(pattern: Tensor, hook: Any) -> Tensor:  # (B, H, T, T)
+        if head >= pattern.shape[1]:
+            raise UsageError(f"layer {layer} has {pattern.shape[1]} heads; asked for head {head}")
+        pattern = pattern.clone()
+        pattern[:, head] = uniform_causal(1, pattern.shape[-1])[0].to(pattern)
+        return pattern
+
+    return f"blocks.{layer}.attn.hook_pattern", fn
+
+
 @torch.no_grad()
+def partial_losses(hooked: Any, embed: VectorEmbed, batch: Any, task: Any, fwd_hooks: list | tuple = ()) -> tuple[float, list[float]]:
+    """``(val MSE, [MSE at x_1, ..., x_D])`` of ``hooked`` on ``batch`` under ``fwd_hooks``
+    (TransformerLens's ``(name, hook)`` pairs): the metrics.csv columns, computed through TL."""
+    x = embed(batch.inputs.to(embed.W_in.device))
+    N, K = batch.targets.shape[1], task.dims
+    pred = hooked.run_with_hooks(x, start_at_layer=0, fwd_hooks=list(fwd_hooks))[:, -N:]
+    err = (pred.double() - batch.targets.to(x.device).double()) ** 2  # (B, N, d_out): float64 sums, so only the forward rounds
+    partial = err.view(err.shape[0], N, -1, K).mean(dim=(0, 1, 3))  # per chain position x_1..x_D (x_D without IC)
+    return float(partial.mean()), [float(p) for p in partial]
+
+
 def ablation_losses(hooked: Any, embed: VectorEmbed, batch: Any, task: Any, circuit: Any) -> list[Any]:
     """``circuit validate``'s rows (:class:`~stackedheads.circuits.ablate.LossRow`), recomputed with
     TransformerLens: its forward pass and hooks, and the MSE per chain position computed here."""
     from stackedheads.circuits.ablate import LossRow
 
-    x = embed(batch.inputs.to(embed.W_in.device))
-    N, K = batch.targets.shape[1], task.dims
-    target = batch.targets.to(x.device).double()
-    rows = []
-    for ablation, patterns in _ablations(circuit, batch.meta):
-        pred = hooked.run_with_hooks(x, start_at_layer=0, fwd_hooks=_tl_hooks(patterns))[:, -N:]
-        err = (pred.double() - target) ** 2  # (B, N, d_out): float64 sums, so only the forward rounds
-        partial = err.view(err.shape[0], N, -1, K).mean(dim=(0, 1, 3))  # per chain position x_1..x_D (x_D without IC)
-        rows.append(LossRow(ablation, float(partial.mean()), [float(p) for p in partial]))
-    return rows
+    return [LossRow(ablation, *partial_losses(hooked, embed, batch, task, _tl_hooks(patterns)))
+            for ablation, patterns in _ablations(circuit, batch.meta)]
 
 
 def check_run(run_dir: str | Path, circuit: str | Path, checkpoint: int | None = None, n_val: int = 512) -> dict:
@@ -343,6 +381,7 @@ def check_run(run_dir: str | Path, circuit: str | Path, checkpoint: int | None =
     from stackedheads.circuits.ablate import Circuit, validate_run
     from stackedheads.training import checkpoint_for, load_model, validation_batch
 
+    _whole("n_val", n_val, least=1)  # a slice [:0] is empty and [:-5] keeps all but five
     ours = validate_run(run_dir, circuit, checkpoint=checkpoint, n_val=n_val)
     spec = Circuit.load(circuit)
     model, cfg, _ = load_model(checkpoint_for(run_dir, checkpoint))
