@@ -1,4 +1,4 @@
-"""Trained models in TransformerLens (issue 41): one call gives a ``HookedTransformer`` equal to ours.
+"""Trained models in TransformerLens: one call gives a ``HookedTransformer`` equal to ours.
 
     hooked, embed = to_transformer_lens("runs/sec9", seed=0)          # the last checkpoint
     out = hooked(embed(batch.inputs), start_at_layer=0)[:, -N:]        # == our model's outputs

@@ -9,7 +9,7 @@ projection and the unembedding a linear readout at the N query positions (Sec. 6
 
 By default no positional embedding is learned: positions arrive inside the inputs (Sec. 6),
 and there is no dropout (Sec. 7.1). ``pos_embed="learned"`` adds GPT-2's learned position
-table after the input projection, one of the choices the paper leaves open (issue 39). The paper's sizes, all expressible with :class:`ModelConfig`:
+table after the input projection, one of the choices the paper leaves open. The paper's sizes, all expressible with :class:`ModelConfig`:
 
 * Sec. 7.1: 1-8 layers, 8 heads, d_model 128 (and 8 seeds per size);
 * Sec. 8.1: 12 layers, 1 head, d_model 128 (transformers A, B, C);
@@ -61,7 +61,7 @@ HookFn = Callable[..., Tensor | None]
 
 INIT_STD = 0.02  # GPT-2's normal init (Radford et al., 2019; as in nanoGPT)
 # TransformerLens's init_mode "gpt2" when initializer_range is unset: every weight matrix
-# N(0, 0.8 / sqrt(d_model)), no residual scaling (HookedTransformerConfig; issue 39's choice (h)).
+# N(0, 0.8 / sqrt(d_model)), no residual scaling (HookedTransformerConfig).
 TL_INIT_GAIN = 0.8
 LN_EPS = 1e-5
 

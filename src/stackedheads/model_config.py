@@ -8,7 +8,7 @@ from typing import Any
 
 from stackedheads.errors import UsageError
 
-# The choices Sec. 7.1 leaves open about the architecture's start (issue 39's screen); the
+# The choices Sec. 7.1 leaves open about the architecture's start; the
 # first of each is what every preset uses.
 CHOICES = {"in_init": ("gpt2", "torch"), "resid_scale": ("blocks", "sublayers"), "pos_embed": ("none", "learned"),
            "weight_init": ("gpt2", "transformer-lens")}

@@ -60,7 +60,7 @@ def keep_freed_memory() -> bool:
 # benchmarks/train_throughput.py measures it (idle and beside a busy process).
 SPINCOUNT = "1000"
 # Beside a GPU the CPU only feeds it: four sec9 trainings that each took every core of a 16-core
-# host ran 37x slower than one; with 4 threads each, three ran as fast as one alone (issue 17).
+# host ran 37x slower than one; with 4 threads each, three ran as fast as one alone.
 GPU_HOST_THREADS = 4
 
 

@@ -100,7 +100,7 @@ SEC9 = TRAIN.register("sec9", TrainConfig(
 # steps (Sec. 9.1 removes the MLPs for speed only; without them the twin does not learn within the budget).
 # Every 10, not 50: E3 orders the positions by the checkpoint at which each one's last path crosses,
 # and at 50 the demo's x2 and x3 (about 24 steps apart in one cell) shared a checkpoint in bfloat16
-# on one thread, a tie (INCONCLUSIVE) where the other three cells read FAIL (issue 42, docs/reproduce.md).
+# on one thread, a tie (INCONCLUSIVE) where the other three cells read FAIL.
 SEC9_QUICK = TRAIN.register("sec9-quick", SEC8_QUICK.override(ckpt_every=10, seeds=(0,), steps_per_epoch=8))
 
 # Seconds-sized stand-ins for transformers A-C and D, so `reproduce --preset smoke` exercises
@@ -128,7 +128,7 @@ FIGURE4.register("paper", Figure4Spec(
 # IC at D=2 needs 2 layers for x1 and 3 for x2 (causal theory): layers 1-3 show both steps. The
 # runs train the first 2,000 steps of a 4,000-step cosine, as the A-C and D twins: decayed over
 # their own 2,000, the lr is near its floor when x2 starts to fall at 3 layers, and x2 was learned
-# or not with the rounding (C0, C2 and C3 flipped with the dtype: docs/reproduce.md, issue 42).
+# or not with the rounding (C0, C2 and C3 flipped with the dtype).
 FIGURE4.register("quick", Figure4Spec(
     "quick", QUICK.override(eval_every=C2_EVAL_EVERY, decay_steps=4000), 2, 3, (1, 2, 3), (0, 1)))
 FIGURE4.register("smoke", Figure4Spec("smoke", SMOKE, 2, 2, (1, 2), (0, 1)))
@@ -151,7 +151,7 @@ QUICK_DEPTH_STEPS = 3000
 # Sec. 7.1: N = 4, 8 seeds per shape, 1..8 layers; D up to 8 (causal minimum of x8: 5 layers).
 DEPTH.register("paper", DepthSpec("paper", PAPER, tuple(range(1, 9)), tuple(range(1, 9)), tuple(range(8))))
 DEPTH.register("quick", DepthSpec("quick", QUICK.override(steps=QUICK_DEPTH_STEPS), (1, 2, 3, 4), (1, 2, 3, 4, 5), (0, 1)))
-# The paper's N = 4 at the quick-n4 recipe (issue 26): does D1's shortcut at N = 2 (1-layer
+# The paper's N = 4 at the quick-n4 recipe: does D1's shortcut at N = 2 (1-layer
 # models reading both answer positions by position) survive four chains? D = 1..3; bfloat16
 # where the CPU has it.
 DEPTH.register("quick-n4", DepthSpec("quick-n4", QUICK_N4.override(dtype="auto"), (1, 2, 3), (1, 2, 3, 4, 5), (0, 1)))
@@ -182,7 +182,7 @@ REPRODUCE.register("smoke", ReproducePreset(
 # twin and one D twin keep the training stages within that budget. The D twin's seed from the
 # twin search (docs/n4-study.md): seed 2 learned x1, x2, x3 100-150 steps apart (2-3
 # checkpoints), so the emergence order can be read. The A-C twin's, seed 3, from
-# benchmarks/twin_seeds.py (docs/reproduce.md, issue 42): a 4-head circuit whose first head
+# benchmarks/twin_seeds.py: a 4-head circuit whose first head
 # links every pair (the paper's shape) in float32; seed 1 ends with 3 heads in float32 and 4 in
 # bfloat16 (A5 flips), and seed 2 would be the D twin's own model (the same settings).
 REPRODUCE.register("quick", ReproducePreset(

@@ -139,7 +139,7 @@ def _c3(ic: list[dict]) -> dict:
     # "Needs L layers": every seed at L layers learns x_j, the sense C0 gives "learned". The mean
     # over seeds is not used: where a few layers learn x_j in some seeds and not in others (IC at
     # N = 2: a 2-layer model learns x2 in seed 0 only, in float32 and bfloat16 alike), a mean of
-    # two seeds crossed the threshold with the rounding while each seed's outcome held (issue 42).
+    # two seeds crossed the threshold with the rounding while each seed's outcome held.
     needed: dict[str, int | None] = {}
     early: dict[str, str] = {}
     for j in range(1, depth + 1):

@@ -18,7 +18,7 @@ The paper's numbers beside ours: transformers A-C reach a validation MSE below 0
 4 of 12 heads (Sec. 8.2); transformer D reaches 0.031 after about 450 epochs on the plateau
 before its first head emerges, in chain order (Sec. 9.2, Fig. 6-7).
 
-A run whose circuits were not discovered (a recipe screen's run, issue 39) still has its
+A run whose circuits were not discovered (a recipe screen's run) still has its
 seeds: the final losses and each partial loss's fall below C2's threshold, from metrics.csv. A
 stage trained in pieces is one run (:mod:`stackedheads.pieces`); a piece still training is
 named, not counted.

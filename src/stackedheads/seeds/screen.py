@@ -1,4 +1,4 @@
-"""The recipe screen's rule (issue 39): how many seeds each recipe wants, what it says of a
+"""The recipe screen's rule: how many seeds each recipe wants, what it says of a
 finished one, and the recipe it names."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def screened_name(label: str) -> str | None:
 
 
 def screen(runs: list[RunSeeds]) -> dict | None:
-    """The recipe screen's state by issue 39's rule, or None when no sec9 run is labelled with a
+    """The recipe screen's state by its rule, or None when no sec9 run is labelled with a
     recipe's name or no other sec9 run is there to be the baseline.
 
     The baseline is the run labelled gpt2 (``results/sec9/gpt2``, the presets' recipe), else the
@@ -153,6 +153,6 @@ def screen_table(state: dict) -> tuple[list[str], list[list[str]]]:
 def screen_title(state: dict) -> str:
     m = state["baseline_medians"]
     x1 = m["x1's fall"]
-    return (f"The recipe screen (issue 39): {SCREEN_SEEDS} seeds a choice, {MOVED_SEEDS} where x1's fall or the final "
+    return (f"The recipe screen: {SCREEN_SEEDS} seeds a choice, {MOVED_SEEDS} where x1's fall or the final "
             f"val MSE moved 2x or more toward the paper's 450 epochs and 0.031 from {state['baseline']}'s "
             f"{x1} and {m['final val MSE']}, {MOVED_SEEDS} a combination: {state['to_run']} seeds to run")
