@@ -232,3 +232,81 @@ def train_config(**over) -> dict:
     from stackedheads import presets
 
     return {**presets.get("smoke").to_dict(), **over}
+
+
+# --- deterministic in-process language models and one request through a backend -----------------
+
+
+def question_text(request) -> str:
+    """The question a request asks: the last user turn, or the last 'Question:' block."""
+    if request.messages is not None:
+        return request.messages[-1][1]
+    body = request.prompt.rsplit("Question: ", 1)[1]
+    assert body.endswith("\nAnswer:")
+    return body[: -len("\nAnswer:")]
+
+
+class SolverModel:
+    """Answers by solving the prompt; ``policy(solution, seed, calls)`` picks the text."""
+
+    name = "fake"
+    max_concurrency = 1
+
+    def __init__(self, policy=None, mode: str = "chat", model: str = "solver", fail_after: int | None = None):
+        self.model, self.mode = model, mode
+        self.policy = policy or (lambda sol, seed, calls: sol.answer)
+        self.requests: list = []
+        self.fail_after = fail_after
+        self.closed = False
+
+    async def complete(self, request) -> Generation:
+        if self.fail_after is not None and len(self.requests) >= self.fail_after:
+            raise RuntimeError("simulated crash")
+        self.requests.append(request)
+        sol = solve(question_text(request))
+        text = self.policy(sol, request.seed, len(self.requests))
+        return Generation(text=text, latency_s=0.001, finish_reason="stop")
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+class DepthModel(SolverModel):
+    """A solver that can follow only ``limit`` facts: beyond, a wrong acceptable answer (an
+    ability that ends at a known depth)."""
+
+    def __init__(self, limit: int, model: str):
+        super().__init__(
+            policy=lambda sol, seed, calls: sol.answer if sol.steps <= limit else sorted(sol.candidates - {sol.answer})[0],
+            model=model,
+        )
+
+
+def bench_depth_model(model: DepthModel, out: Path, n: int = 6) -> None:
+    """llm-bench of ``model`` into ``out``: every formulation at its depth, then equations at D = 1-4."""
+    from stackedheads.llm import bench
+
+    for cfg in (BenchConfig(n=n, max_draws=2), BenchConfig(formulations=("equations",), depths=(1, 2, 3, 4), n=n, max_draws=2)):
+        bench.run_bench(model, cfg, out)
+
+
+def complete_once(backend, request) -> Generation:
+    """One request through ``backend``, closing it after."""
+    import asyncio
+
+    async def go():
+        try:
+            return await backend.complete(request)
+        finally:
+            await backend.aclose()
+
+    return asyncio.run(go())
+
+
+def one_request(backend, question=None) -> Generation:
+    """The first draw of ``question`` (default: an equations question of D = 2) through ``backend``."""
+    from stackedheads.llm import bench
+    from stackedheads.tasks.prompts import generate
+
+    question = question or generate("equations", 2, seed=0, index=0)
+    return complete_once(backend, bench.build_request(question, [], backend.mode, BenchConfig(n=1), 0))
