@@ -354,6 +354,9 @@ PAPER_SEEN = {K1: 3600, K1B: 3680, K2: 3920, K3: 4400, K4: 5600}
 # --- in-process language models that solve the prompt (no server) -------------------------------------
 
 
+# --- deterministic in-process language models and one request through a backend -----------------
+
+
 def question_text(request) -> str:
     """The question a request asks: the last user turn, or the last 'Question:' block."""
     if request.messages is not None:
@@ -383,6 +386,10 @@ class SolverModel:
         sol = solve(question_text(request))
         return Generation(text=self.policy(sol, request.seed, len(self.requests)), latency_s=0.001, finish_reason="stop")
 
+
+        text = self.policy(sol, request.seed, len(self.requests))
+        return Generation(text=text, latency_s=0.001, finish_reason="stop")
+
     async def aclose(self) -> None:
         self.closed = True
 
@@ -400,6 +407,10 @@ class DepthModel(SolverModel):
 
 def bench_run(model, out: Path, n: int = 6) -> None:
     """An llm-bench folder of ``model``: every formulation, and equations over D = 1..4."""
+
+
+def bench_depth_model(model: DepthModel, out: Path, n: int = 6) -> None:
+    """llm-bench of ``model`` into ``out``: every formulation at its depth, then equations at D = 1-4."""
     from stackedheads.llm import bench
 
     for cfg in (BenchConfig(n=n, max_draws=2), BenchConfig(formulations=("equations",), depths=(1, 2, 3, 4), n=n, max_draws=2)):
@@ -483,3 +494,25 @@ def train_forced(cls, drops=(), steps=400):
         loss.backward()
         opt.step()
     return model, task, make_batch(task, range(256), "val")
+
+
+def complete_once(backend, request) -> Generation:
+    """One request through ``backend``, closing it after."""
+    import asyncio
+
+    async def go():
+        try:
+            return await backend.complete(request)
+        finally:
+            await backend.aclose()
+
+    return asyncio.run(go())
+
+
+def one_request(backend, question=None) -> Generation:
+    """The first draw of ``question`` (default: an equations question of D = 2) through ``backend``."""
+    from stackedheads.llm import bench
+    from stackedheads.tasks.prompts import generate
+
+    question = question or generate("equations", 2, seed=0, index=0)
+    return complete_once(backend, bench.build_request(question, [], backend.mode, BenchConfig(n=1), 0))

@@ -1,4 +1,4 @@
-"""scripts/demo_matrix.py: the table of the demo's Sec. 7-9 verdicts over dtype and threads
+"""tools/maintenance/demo_matrix.py: the table of the demo's Sec. 7-9 verdicts over dtype and threads
 (issue 42). The four demos are long; their table is built from claims lists here."""
 
 import importlib.util
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-spec = importlib.util.spec_from_file_location("demo_matrix", Path(__file__).parents[1] / "scripts" / "demo_matrix.py")
+spec = importlib.util.spec_from_file_location("demo_matrix", Path(__file__).parents[1] / "tools" / "maintenance" / "demo_matrix.py")
 demo_matrix = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(demo_matrix)  # its main() runs only as a script
 

@@ -1,4 +1,4 @@
-"""scripts/gpu_runs.py, the driver of a lent GPU's call: which runs it keeps under its deadline,
+"""tools/gpu/gpu_runs.py, the driver of a lent GPU's call: which runs it keeps under its deadline,
 the analysis jobs it queues and the per-seed exports it returns (CI has no GPU; both parts are plain Python and torch)."""
 
 import importlib.util
@@ -15,7 +15,7 @@ from stackedheads import presets
 from stackedheads.training import train
 from stackedheads.training.checkpoints import checkpoint_for, list_checkpoints, load_model
 
-spec = importlib.util.spec_from_file_location("gpu_runs", Path(__file__).parents[1] / "scripts" / "gpu_runs.py")
+spec = importlib.util.spec_from_file_location("gpu_runs", Path(__file__).parents[1] / "tools" / "gpu" / "gpu_runs.py")
 gpu_runs = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(gpu_runs)  # its main() runs only as a script
 
@@ -106,3 +106,103 @@ def test_each_seeds_timeline_waits_for_its_own_circuits_alone(tmp_path):
     # without kept checkpoints there is nothing to time; sec8 draws Figure 5's maps, waiting for nothing
     jobs = gpu_runs.analysis_jobs("sec8-x", "sec8", [0], tmp_path, timelines=False)
     assert set(jobs) == {"sec8-x/discover-0", "sec8-x/maps-0"} and jobs["sec8-x/maps-0"][1] == []
+
+
+@pytest.fixture(scope="module")
+def export5(two_seed_checkpoint, tmp_path_factory):
+    """Seed 5's export of the two-seed run."""
+    prefix = tmp_path_factory.mktemp("exports") / "run"
+    gpu_runs.export_seeds(two_seed_checkpoint, prefix)
+    return Path(f"{prefix}-seed5.safetensors")
+
+
+@pytest.fixture
+def script(monkeypatch, capsys):
+    """``script(*args)``: the script's main() with these arguments, in this process: (exit code, stdout, stderr)."""
+
+    def run(*args):
+        monkeypatch.setattr(sys, "argv", ["gpu_runs.py", *map(str, args)])
+        capsys.readouterr()
+        try:
+            gpu_runs.main()
+            code = 0
+        except SystemExit as e:
+            code = e.code
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out, err)
+
+    return run
+
+
+def refused(r, says):
+    return r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and says in r.stderr and "Traceback" not in r.stderr
+
+
+def test_unpack_refuses_an_empty_out_and_the_root(export5, tmp_path, monkeypatch, script):
+    """`unpack EXPORT ""` wrote config.json and checkpoints/ into the current folder, `unpack EXPORT /` into /."""
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    r = script("unpack", export5, "")
+    assert refused(r, "the output path is empty"), r.stderr
+    assert list(here.iterdir()) == []
+    r = script("unpack", export5, "/")
+    assert refused(r, "is the filesystem root"), r.stderr
+
+
+def test_unpack_refuses_a_folder_of_another_kind(export5, tmp_path, script):
+    """It replaced the config.json of a training run (its steps 999 became 8), a reproduce folder
+    and an llm-bench folder."""
+    from stackedheads.training.checkpoints import read_checkpoint
+
+    cfg = json.loads(read_checkpoint(export5)[1]["config"])
+    folders = {
+        "training run of another configuration": ("train", {**cfg, "steps": 999}, "another configuration"),
+        "reproduce folder": ("rep", {"preset": {"name": "smoke"}, "llm": None}, "another kind of output (reproduce run)"),
+        "llm-bench folder": ("llm", {"identity": {"model": "m"}, "invocations": []}, "another kind of output (llm-bench run)"),
+    }
+    for what, (name, config, says) in folders.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        text = json.dumps(config)
+        (folder / "config.json").write_text(text)
+        r = script("unpack", export5, folder)
+        assert refused(r, says), (what, r.stderr)
+        assert (folder / "config.json").read_text() == text, what
+        assert sorted(p.name for p in folder.iterdir()) == ["config.json"], what
+
+
+def test_unpack_again_into_its_own_run_folder_is_accepted(export5, tmp_path, script):
+    for _ in range(2):
+        r = script("unpack", export5, tmp_path / "seed5")
+        assert r.returncode == 0, r.stderr
+    assert [p.name for p in (tmp_path / "seed5" / "checkpoints").iterdir()] == ["step_000008.safetensors"]
+
+
+@pytest.mark.parametrize("damage", ["step", "config"])
+def test_unpack_of_an_export_with_a_bad_header_is_one_line_and_writes_nothing(export5, tmp_path, damage, script):
+    """A step "1e3" was a ValueError traceback, a config that is not JSON one too, after
+    OUT/checkpoints/ was written."""
+    from stackedheads.training import checkpoints
+
+    tensors, meta = checkpoints.read_checkpoint(export5)
+    header = {"step": "1e3", "config": meta["config"]} if damage == "step" else {"step": "8", "config": "{not json"}
+    bad = tmp_path / "bad.safetensors"
+    checkpoints._write(bad, tensors, header)  # checksums that match: only the values are wrong
+    r = script("unpack", bad, tmp_path / "out")
+    assert refused(r, "not an export of this script"), r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_help_and_wrong_arguments_are_no_traceback(tmp_path, script):
+    """`gpu_runs.py --help` was an IndexError."""
+    r = script("--help")
+    assert r.returncode == 0 and "unpack" in r.stdout and "SCREEN_ROOT" in r.stdout, r.stderr
+    for args, says in ([(), "usage: gpu_runs.py"], [(tmp_path / "o",), "usage: gpu_runs.py"],
+                       [(tmp_path / "o", "soon", "sec9:gpt2:0"), "DEADLINE_S must be a number"],
+                       [(tmp_path / "o", "10", "sec9:gpt2"), "is not PRESET:RECIPE:SEEDS"],
+                       [(tmp_path / "o", "10", "sec9:gpt2:a,b"), "are not comma-separated whole numbers"],
+                       [("unpack", tmp_path / "x"), "usage: gpu_runs.py unpack"]):
+        r = script(*args)
+        assert refused(r, says), (args, r.stderr)
+    assert not (tmp_path / "o").exists()

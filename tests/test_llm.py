@@ -20,8 +20,7 @@ from conftest import is_figure
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from prompt_solver import solve  # noqa: E402
-from helpers import Server, fail_first, refused_port  # noqa: E402
+from helpers import Server, SolverModel, complete_once, fail_first, one_request, question_text, refused_port  # noqa: E402
 
 from stackedheads.errors import UsageError  # noqa: E402
 from stackedheads.llm import backends, bench, export, models, scoring  # noqa: E402
@@ -35,43 +34,6 @@ from stackedheads.llm.backends import (  # noqa: E402
 from stackedheads.llm.bench import BenchConfig  # noqa: E402
 from stackedheads.tasks.formulations import FORMULATIONS  # noqa: E402
 from stackedheads.tasks.prompts import generate, generate_many  # noqa: E402
-
-# --- a deterministic in-process model --------------------------------------------------------------
-
-
-def question_text(request: Request) -> str:
-    """The question a request asks: the last user turn, or the last 'Question:' block."""
-    if request.messages is not None:
-        return request.messages[-1][1]
-    body = request.prompt.rsplit("Question: ", 1)[1]
-    assert body.endswith("\nAnswer:")
-    return body[: -len("\nAnswer:")]
-
-
-class SolverModel:
-    """Answers by solving the prompt; ``policy(solution, seed, calls)`` picks the text."""
-
-    name = "fake"
-    max_concurrency = 1
-
-    def __init__(self, policy=None, mode: str = "chat", model: str = "solver", fail_after: int | None = None):
-        self.model, self.mode = model, mode
-        self.policy = policy or (lambda sol, seed, calls: sol.answer)
-        self.requests: list[Request] = []
-        self.fail_after = fail_after
-        self.closed = False
-
-    async def complete(self, request: Request) -> Generation:
-        if self.fail_after is not None and len(self.requests) >= self.fail_after:
-            raise RuntimeError("simulated crash")
-        self.requests.append(request)
-        sol = solve(question_text(request))
-        text = self.policy(sol, request.seed, len(self.requests))
-        return Generation(text=text, latency_s=0.001, finish_reason="stop")
-
-    async def aclose(self) -> None:
-        self.closed = True
-
 
 def test_fake_model_implements_the_protocol():
     assert isinstance(SolverModel(), Backend)
@@ -289,7 +251,7 @@ _KILL_SCRIPT = """
 import asyncio, sys
 sys.path.insert(0, {tests!r})
 from pathlib import Path
-from test_llm import SolverModel
+from helpers import SolverModel
 from stackedheads.llm.bench import BenchConfig, run_bench
 
 class Stalls(SolverModel):
@@ -337,29 +299,12 @@ def test_other_settings_in_same_folder_refused(tmp_path):
 # --- a real local OpenAI-compatible HTTP server (tests/helpers.py) -------------------------------
 
 
-def _complete(backend: OpenAIBackend, req) -> Generation:
-    """One request through the backend, closing it after."""
-
-    async def go():
-        try:
-            return await backend.complete(req)
-        finally:
-            await backend.aclose()
-
-    return asyncio.run(go())
-
-
-def _one_request(backend: OpenAIBackend, q=None) -> Generation:
-    q = q or generate("equations", 2, seed=0, index=0)
-    return _complete(backend, bench.build_request(q, [], backend.mode, BenchConfig(n=1), 0))
-
-
 def test_openai_retries_429_honouring_retry_after(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     with Server(fail_first((429, {"Retry-After": "0.4"}))) as srv:
         backend = OpenAIBackend("m", srv.url, max_retries=3, backoff_base=0.01)
         t0 = time.perf_counter()
-        gen = _one_request(backend)
+        gen = one_request(backend)
         elapsed = time.perf_counter() - t0
     assert len(srv.requests) == 2 and gen.retries == 1
     assert gen.text == generate("equations", 2, seed=0, index=0).answer
@@ -369,11 +314,11 @@ def test_openai_retries_429_honouring_retry_after(monkeypatch):
 def test_openai_retries_5xx_then_gives_up(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     with Server(fail_first((503, {}), (500, {}))) as srv:
-        gen = _one_request(OpenAIBackend("m", srv.url, mode="completion", max_retries=2, backoff_base=0.01))
+        gen = one_request(OpenAIBackend("m", srv.url, mode="completion", max_retries=2, backoff_base=0.01))
     assert gen.retries == 2 and len(srv.requests) == 3
     with Server(fail_first(*[(500, {})] * 5)) as srv:
         with pytest.raises(BackendError, match="giving up after 2 attempts"):
-            _one_request(OpenAIBackend("m", srv.url, max_retries=1, backoff_base=0.01))
+            one_request(OpenAIBackend("m", srv.url, max_retries=1, backoff_base=0.01))
     assert len(srv.requests) == 2
 
 
@@ -381,7 +326,7 @@ def test_openai_no_retry_on_400(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     with Server(fail_first((400, {}))) as srv:
         with pytest.raises(BackendError, match="HTTP 400"):
-            _one_request(OpenAIBackend("m", srv.url, max_retries=3, backoff_base=0.01))
+            one_request(OpenAIBackend("m", srv.url, max_retries=3, backoff_base=0.01))
     assert len(srv.requests) == 1
 
 
@@ -406,12 +351,12 @@ def expire_when_server_has(srv: Server):
 def test_openai_connection_errors_and_timeouts(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     with refused_port() as port, pytest.raises(BackendError, match="giving up after 3 attempts"):
-        _one_request(OpenAIBackend("m", f"http://127.0.0.1:{port}/v1", max_retries=2, backoff_base=0.01))
+        one_request(OpenAIBackend("m", f"http://127.0.0.1:{port}/v1", max_retries=2, backoff_base=0.01))
     with Server(hold=True) as srv:
         backend = OpenAIBackend("m", srv.url, max_retries=1, backoff_base=0.01)
         monkeypatch.setattr(backend, "_deadline", expire_when_server_has(srv))
         with pytest.raises(BackendError, match="giving up after 2 attempts: Timeout"):
-            _one_request(backend)
+            one_request(backend)
     assert len(srv.requests) == 2
 
 
@@ -659,46 +604,24 @@ def test_a_key_in_the_base_url_query_is_never_written_or_shown(tmp_path, monkeyp
 
     monkeypatch.setattr(errors, "_SECRETS", set())  # what this test registers stays here
     key = "qs-SECRET-5151515151"
+    with Server() as srv:
+        code, out0, stderr0 = cli(*_bench_args(tmp_path / "answered", "--base-url", f"{srv.url}?api-key={key}&x=1"))
+    assert code == 0, stderr0
+    config = json.loads((tmp_path / "answered" / "config.json").read_text())
+    assert config["invocations"][0]["backend"]["base_url"].endswith("/v1?api-key=***&x=1")
     with refused_port() as port:
         url = f"http://127.0.0.1:{port}/v1?api-key={key}&x=1"
         code, out, stderr = cli(*_bench_args(tmp_path / "bench", "--base-url", url))
         assert code == 1 and "giving up" in stderr, stderr
-        config = json.loads((tmp_path / "bench" / "config.json").read_text())
-        assert config["invocations"][0]["backend"]["base_url"].endswith("/v1?api-key=***&x=1")
         code, out2, stderr2 = cli("reproduce", "--preset", "smoke", "--out", str(tmp_path / "rep"), "--skip", "theory",
                                   "--skip", "prompts", "--skip", "figure4", "--skip", "circuits", "--skip", "emergence",
                                   "--llm-backend", "openai", "--llm-model", "m", "--llm-base-url", url)
     assert code == 1 and "giving up" in stderr2, stderr2
-    for text in (out, stderr, out2, stderr2):
+    for text in (out0, stderr0, out, stderr, out2, stderr2):
         assert key not in text
     for p in tmp_path.rglob("*"):
         assert not p.is_file() or key.encode() not in p.read_bytes(), p
     assert errors.public_url(url).endswith("?api-key=***&x=1") and key not in errors.redact(f"GET {url} failed")
-
-
-def test_a_key_equal_to_an_answer_word_costs_no_answer(tmp_path, monkeypatch, cli):
-    """Issue 27: OPENAI_API_KEY=Amsterdam made every answer *** before it was scored (12/12
-    unanswered). Answers are scored as given; what is stored is redacted after."""
-    from stackedheads import errors
-    from stackedheads.tasks.prompts import generate_many
-
-    monkeypatch.setattr(errors, "_SECRETS", set())
-    questions = generate_many("lives-with", n=12, seed=0)
-    key = next(q.answer for q in questions if len(q.answer) >= errors.MIN_SECRET_CHARS)
-    monkeypatch.setenv("OPENAI_API_KEY", key)
-    out = tmp_path / "bench"
-    with Server() as srv:
-        code, stdout, stderr = cli("llm-bench", "--backend", "openai", "--model", "m", "--base-url", srv.url,
-                                   "--formulation", "lives-with", "--n", "12", "--max-draws", "1", "--out", str(out))
-    assert code == 0, stderr
-    cell = json.loads((out / "results.json").read_text())["per_formulation"]["lives-with"]
-    assert (cell["correct"], cell["unanswered"]) == (12, 0)
-    assert key not in stdout + stderr
-    for p in out.rglob("*"):
-        assert key.encode() not in p.read_bytes(), p
-    # A short key is no secret: redacting it would corrupt ordinary words.
-    errors.register_secret("Paris")
-    assert errors.redact_secrets("Paris") == "Paris"
 
 
 def test_an_html_reply_is_not_called_json(monkeypatch):
@@ -772,7 +695,7 @@ MALFORMED = {
 
 def _one(backend: OpenAIBackend) -> Generation:
     backend.mode = "completion"
-    return _complete(backend, Request(None, "Question: x\nAnswer:", 1.0, 8, 0))
+    return complete_once(backend, Request(None, "Question: x\nAnswer:", 1.0, 8, 0))
 
 
 @pytest.mark.parametrize("kind", sorted(MALFORMED))

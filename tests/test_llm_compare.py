@@ -14,39 +14,21 @@ from conftest import is_figure
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from test_llm import SolverModel  # noqa: E402
+from helpers import DepthModel, SolverModel, bench_depth_model, one_error  # noqa: E402
 
 from stackedheads import claims, reproduce  # noqa: E402
 from stackedheads.errors import UsageError  # noqa: E402
 from stackedheads.llm import backends, bench, compare, runlog, scoring  # noqa: E402
-from stackedheads.llm.bench import BenchConfig  # noqa: E402
 from stackedheads.tasks.formulations import FORMULATIONS  # noqa: E402
 from stackedheads.claims import sec4
 from stackedheads import presets
 
 
-class DepthModel(SolverModel):
-    """A solver that can follow only ``limit`` facts: beyond, a wrong acceptable answer (an
-    ability that ends at a known depth)."""
-
-    def __init__(self, limit: int, model: str):
-        limit_ = limit
-        super().__init__(
-            policy=lambda sol, seed, calls: sol.answer if sol.steps <= limit_ else sorted(sol.candidates - {sol.answer})[0],
-            model=model,
-        )
-
-
-def _run(model: DepthModel, out: Path, n: int = 6) -> None:
-    for cfg in (BenchConfig(n=n, max_draws=2), BenchConfig(formulations=("equations",), depths=(1, 2, 3, 4), n=n, max_draws=2)):
-        bench.run_bench(model, cfg, out)
-
-
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
-    _run(DepthModel(2, "shallow"), root / "shallow")
-    _run(DepthModel(9, "deep"), root / "deep")
+    bench_depth_model(DepthModel(2, "shallow"), root / "shallow")
+    bench_depth_model(DepthModel(9, "deep"), root / "deep")
     return root
 
 
@@ -188,3 +170,63 @@ def test_compare_output_may_not_be_a_run_folder(two_runs, tmp_path, cli):
     assert {p: p.read_bytes() for p in (runs / "shallow").iterdir()} == before
     code, _, stderr = cli("llm-compare", str(runs / "shallow"), str(runs / "deep"), "--out", str(tmp_path / "cmp"))
     assert code == 0, stderr
+
+
+# --- what llm-compare and a resumed llm-bench read of a damaged samples.jsonl -----------------------
+
+
+def _bench_run(folder: Path, model: str = "solver") -> Path:
+    from stackedheads.llm import bench
+
+    bench.run_bench(SolverModel(model=model), bench.BenchConfig(formulations=("equations",), depths=(2,), n=4, max_draws=2), folder)
+    return folder
+
+
+def _edit_record(folder: Path, index: int, change) -> None:
+    path = folder / "samples.jsonl"
+    lines = path.read_text().splitlines()
+    rec = json.loads(lines[index])
+    change(rec)
+    lines[index] = json.dumps(rec)
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("damage", ["garbage", "n_draws", "correct"])
+def test_llm_compare_refuses_what_no_run_writes(tmp_path, cli, damage):
+    run = _bench_run(tmp_path / "run")
+    if damage == "garbage":  # a line in the middle, not a last line cut short
+        path = run / "samples.jsonl"
+        lines = path.read_text().splitlines()
+        path.write_text("\n".join([*lines[:2], "{not json", *lines[2:]]) + "\n")
+    elif damage == "n_draws":  # printed draws/q -1.50
+        _edit_record(run, 1, lambda r: r.update(n_draws=-5))
+    else:  # a stored "correct" that the stored answers contradict was counted
+        _edit_record(run, 1, lambda r: r.update(correct=True, final="wrong", answered=True))
+    code, _, err = cli("llm-compare", run, "--out", tmp_path / "cmp")
+    assert code == 2 and one_error(err), err
+    assert "samples.jsonl: line" in err and "is not an answer record" in err
+
+
+def test_llm_bench_asks_again_a_question_whose_record_is_impossible(tmp_path):
+    from stackedheads.llm import bench
+
+    run = _bench_run(tmp_path / "run")
+    _edit_record(run, 1, lambda r: r.update(n_draws=-5))
+    model = SolverModel()
+    bench.run_bench(model, bench.BenchConfig(formulations=("equations",), depths=(2,), n=4, max_draws=2), run)
+    assert len(model.requests) == 1
+    from stackedheads.llm.compare import load_run
+
+    assert load_run(run)["per_formulation"]["equations"]["mean_draws"] >= 1  # the later record answers it
+
+
+def test_comparison_md_escapes_a_model_name(tmp_path, cli):
+    name = '<img src=x onerror="alert(1)">|x'
+    a = _bench_run(tmp_path / "a", model=name)
+    b = _bench_run(tmp_path / "b", model="plain")
+    code, stdout, err = cli("llm-compare", a, b, "--out", tmp_path / "cmp")
+    assert code == 0, err
+    text = (tmp_path / "cmp" / "comparison.md").read_text()
+    assert "<img" not in text and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;\\|x" in text
+    assert "<img" not in stdout
+

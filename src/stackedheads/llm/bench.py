@@ -39,6 +39,7 @@ from stackedheads.llm.runlog import (
     check_folder,
     check_records,
     load_records,
+    record_invocation,
     record_key,
     repair_tail,
     run_identity,
@@ -311,15 +312,20 @@ def _run_bench_locked(backend, cfg, out: Path, questions, progress, backend_info
     samples = out / SAMPLES
     repair_tail(samples)
     done = load_records(samples)
-    check_records(done, identity, samples, vouched)  # before config.json records this invocation
-    check_folder(out, identity, invocation)
+    check_records(done, identity, samples, vouched)
+    runs = check_folder(out, identity)
     todo = [q for q in questions if record_key(q) not in done]
     total = len(questions)
     if progress:
         progress(total - len(todo), total)
+
+    def record() -> None:
+        record_invocation(out, identity, [*runs, invocation])
+
     if todo:
-        asyncio.run(_ask_all(backend, todo, cfg, samples, total - len(todo), total, progress))
+        asyncio.run(_ask_all(backend, todo, cfg, samples, record, total - len(todo), total, progress))
     else:
+        record()
         asyncio.run(backend.aclose())
     results = summarize(load_records(samples).values(), identity)
     atomic_write_json(out / RESULTS, results)
@@ -327,14 +333,18 @@ def _run_bench_locked(backend, cfg, out: Path, questions, progress, backend_info
     return results
 
 
-async def _ask_all(backend, todo, cfg, samples: Path, done: int, total: int, progress) -> None:
+async def _ask_all(backend, todo, cfg, samples: Path, record, done: int, total: int, progress) -> None:
+    """Ask ``todo``, appending each record to ``samples`` as it finishes; ``record()`` writes
+    config.json just before the first record is appended."""
     queue: asyncio.Queue[Question] = asyncio.Queue()
     for q in todo:
         queue.put_nowait(q)
     counter = {"done": done}
     shots: dict[tuple[str, int], list[Question]] = {}
+    log = None
 
-    async def worker(log) -> None:
+    async def worker() -> None:
+        nonlocal log
         while True:
             try:
                 q = queue.get_nowait()
@@ -344,22 +354,24 @@ async def _ask_all(backend, todo, cfg, samples: Path, done: int, total: int, pro
             if examples is None or any(e.prompt == q.prompt for e in examples):
                 examples = few_shot_examples(q, cfg.few_shot)
                 shots.setdefault((q.formulation, q.depth), examples)
-            record = await ask(backend, q, examples, cfg)
+            answer = await ask(backend, q, examples, cfg)
+            if log is None:
+                record()
+                log = open(samples, "a", encoding="utf-8")
             # One event loop thread: a whole line is written and flushed at a time.
-            log.write(json.dumps(record, ensure_ascii=False) + "\n")
+            log.write(json.dumps(answer, ensure_ascii=False) + "\n")
             log.flush()
             counter["done"] += 1
             if progress:
                 progress(counter["done"], total)
 
     try:
-        with open(samples, "a", encoding="utf-8") as log:
-            async with asyncio.TaskGroup() as group:
-                for _ in range(max(1, min(backend.max_concurrency, len(todo)))):
-                    group.create_task(worker(log))
+        async with asyncio.TaskGroup() as group:
+            for _ in range(max(1, min(backend.max_concurrency, len(todo)))):
+                group.create_task(worker())
     except* Exception as eg:  # the first real error, not an ExceptionGroup, reaches the user
         raise eg.exceptions[0] from None
     finally:
+        if log is not None:
+            log.close()
         await backend.aclose()
-
-

@@ -12,13 +12,14 @@ that is installed with ``--no-deps`` (its ``__init__`` imports the ``llm`` tool)
 from __future__ import annotations
 
 import importlib.util
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from stackedheads.errors import UsageError
 from stackedheads.llm.fetch import REGISTRY, is_fetched, model_path
 
-__all__ = ["NAMES", "LocalModel", "ResolvedModel", "find_smollm2", "list_models", "resolve"]
+__all__ = ["NAMES", "LocalModel", "ResolvedModel", "find_smollm2", "list_models", "resolve", "trained_context"]
 
 SMOLLM2 = "smollm2"
 GEMMA3 = "gemma3-270m"
@@ -103,3 +104,73 @@ def resolve(model: str) -> ResolvedModel:
         raise UsageError(f"model file not found: {path}")
     # A chat template may or may not be embedded; chat is the safer default for instruct files.
     return ResolvedModel(path.name, path.resolve(), "chat")
+
+
+# --- what a GGUF header says ---------------------------------------------------------------------
+
+_GGUF_SCALARS = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # value type -> bytes
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+_GGUF_INTS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 10: "<Q", 11: "<q"}
+_MAX_GGUF_KEYS = 100_000  # a header holds a few dozen; more is no GGUF
+
+
+def trained_context(path: str | Path) -> int | None:
+    """The context length a GGUF model was trained on (its header's ``ARCH.context_length``),
+    read without loading the model; None where the header does not say or is no GGUF header."""
+    import struct
+
+    def read(f, n: int) -> bytes:
+        if n > size - f.tell():  # a length no file this size holds: garbage, never a read of it
+            raise EOFError
+        return f.read(n)
+
+    def read_past(f, n: int) -> None:
+        if n > size - f.tell():
+            raise EOFError
+        f.seek(n, 1)
+
+    def string(f) -> str:
+        (n,) = struct.unpack("<Q", read(f, 8))
+        return read(f, n).decode("utf-8", "replace")
+
+    def value(f, kind: int):
+        if kind in _GGUF_INTS:
+            return struct.unpack(_GGUF_INTS[kind], read(f, _GGUF_SCALARS[kind]))[0]
+        if kind in _GGUF_SCALARS:  # a float or a bool: never what is looked for
+            read_past(f, _GGUF_SCALARS[kind])
+            return None
+        if kind == _GGUF_STRING:
+            return string(f)
+        if kind == _GGUF_ARRAY:
+            item, n = struct.unpack("<IQ", read(f, 12))
+            if item in _GGUF_SCALARS:
+                read_past(f, _GGUF_SCALARS[item] * n)
+            elif n * 8 > size - f.tell():  # each item takes at least 8 bytes
+                raise EOFError
+            else:
+                for _ in range(n):
+                    value(f, item)
+            return None
+        raise ValueError(f"GGUF value type {kind}")
+
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if read(f, 4) != b"GGUF" or struct.unpack("<I", read(f, 4))[0] not in (2, 3):
+                return None
+            _, n_keys = struct.unpack("<QQ", read(f, 16))
+            arch, lengths = None, {}
+            for _ in range(min(n_keys, _MAX_GGUF_KEYS)):
+                key = string(f)
+                (kind,) = struct.unpack("<I", read(f, 4))
+                v = value(f, kind)
+                if key == "general.architecture":
+                    arch = v
+                elif key.endswith(".context_length"):
+                    lengths[key] = v
+                if arch is not None and f"{arch}.context_length" in lengths:
+                    found = lengths[f"{arch}.context_length"]
+                    return found if isinstance(found, int) and found > 0 else None
+    except (OSError, EOFError, ValueError, RecursionError, struct.error):
+        return None
+    return None

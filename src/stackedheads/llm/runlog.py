@@ -9,7 +9,9 @@
 - ``results.json``: the summary of every record (:func:`stackedheads.llm.scoring.summarize`).
 
 Answers of one identity must never be mixed with another's: :func:`check_records` and
-:func:`check_folder` refuse before anything is appended.
+:func:`check_folder` refuse before anything is written; :func:`record_invocation` writes
+``config.json`` only as the first answer is appended, so a run refused at its first draw (a
+prompt longer than the model's context) leaves nothing that would block the corrected run.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from stackedheads.storage import RunFolder, atomic_write_json
 from stackedheads.tasks.formulations import FORMULATIONS
 from stackedheads.tasks.prompts import Question
 
-__all__ = ["CONFIG", "KIND", "RESULTS", "SAMPLES", "check_folder", "check_records", "load_records", "run_identity"]
+__all__ = [
+    "CONFIG", "KIND", "RESULTS", "SAMPLES", "check_folder", "check_records", "load_records", "record_invocation", "run_identity",
+]
 
 PROTOCOL_VERSION = 1
 SAMPLES = "samples.jsonl"
@@ -149,20 +153,23 @@ def repair_tail(path: Path) -> None:
         f.truncate(cut)
 
 
-def check_folder(out: Path, identity: dict[str, Any], invocation: dict[str, Any]) -> None:
-    """Refuse to mix answers of different runs in one folder; record this invocation."""
+def check_folder(out: Path, identity: dict[str, Any]) -> list[dict[str, Any]]:
+    """Refuse to mix answers of different runs in one folder; the invocations recorded so far."""
     folder = RunFolder(out, KIND, shares=("llm comparison",))
-    runs: list[dict[str, Any]] = []
     saved = folder.recorded(CONFIG, "the run's identity")
-    if saved is not None:
-        old = saved.get("identity", {})
-        if not isinstance(old, dict):
-            raise UsageError(f"{out / CONFIG} has the wrong shape (identity is not an object): use another 'out'", fields=("out",))
-        # On this identity's fields: one an older config.json records and it no longer has is no difference.
-        folder.require_same({k: old.get(k) for k in identity}, identity, "other settings")
-        runs = saved.get("invocations", [])
-        runs = runs if isinstance(runs, list) else []
-    runs.append(invocation)
+    if saved is None:
+        return []
+    old = saved.get("identity", {})
+    if not isinstance(old, dict):
+        raise UsageError(f"{out / CONFIG} has the wrong shape (identity is not an object): use another 'out'", fields=("out",))
+    # On this identity's fields: one an older config.json records and it no longer has is no difference.
+    folder.require_same({k: old.get(k) for k in identity}, identity, "other settings")
+    runs = saved.get("invocations", [])
+    return runs if isinstance(runs, list) else []
+
+
+def record_invocation(out: Path, identity: dict[str, Any], runs: list[dict[str, Any]]) -> None:
+    """Write config.json: the run's identity and its invocations (``runs``, this one last)."""
     atomic_write_json(out / CONFIG, {"identity": identity, "invocations": runs})
 
 

@@ -97,15 +97,16 @@ async def run_in_thread(generate: Callable[[Request], Generation], request: Requ
 
     Why: asyncio turns Ctrl-C into a cancellation of the waiting task, and a model generating
     in the event loop's own thread never lets the loop run: the benchmark answered every
-    remaining question before it stopped. Here the loop stays free; on cancellation ``stop``
-    is set, which the model's per-token hook checks to end the generation at its next token,
-    and the thread is awaited before the cancellation goes on, so the model is never used by
-    two threads at once."""
+    remaining question before it stopped. Here the loop stays free; on cancellation (or a
+    KeyboardInterrupt raised in this task) ``stop`` is set, which the model's per-token hook
+    checks to end the generation at its next token, and the thread is awaited before the
+    interruption goes on, so the model is never used by two threads at once nor freed under a
+    draw."""
     stop.clear()
     future = asyncio.get_running_loop().run_in_executor(None, generate, request)
     try:
         return await asyncio.shield(future)
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, KeyboardInterrupt):
         stop.set()
         await asyncio.wait([future])  # ends at the next token
         if not future.cancelled():

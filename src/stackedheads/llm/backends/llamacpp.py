@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from stackedheads.errors import UsageError
 from stackedheads.llm.backends._base import (
     BACKENDS,
     MODES,
+    BackendError,
     BackendOptions,
     BackendSpec,
     Generation,
@@ -21,10 +23,23 @@ from stackedheads.llm.backends._base import (
 )
 
 
+# Context lengths: no model is trained on more than a million tokens; each model's own length
+# (its GGUF header's) bounds it further when the model is loaded.
+MAX_CTX = 2**20
+
+
+def check_n_ctx(n_ctx: object) -> None:
+    if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or not 1 <= n_ctx <= MAX_CTX:
+        raise UsageError(f"'n_ctx' must be a whole number of tokens between 1 and {MAX_CTX:,}, got {n_ctx!r}", fields=("n_ctx",))
+
+
 @dataclass(frozen=True)
 class LlamaCppOptions(BackendOptions):
     n_threads: int | None = None  # None: llama.cpp's
     n_ctx: int = 4096  # context length in tokens
+
+    def __post_init__(self) -> None:
+        check_n_ctx(self.n_ctx)
 
 
 class LlamaCppBackend:
@@ -56,15 +71,32 @@ class LlamaCppBackend:
         from stackedheads.perf import check_threads
 
         check_threads(n_threads, "n_threads")  # llama.cpp crashed at 100,000 threads and hung at 5,000
+        check_n_ctx(n_ctx)
+        from stackedheads.llm.models import trained_context
+
+        trained = trained_context(model_path)
+        if trained is not None and n_ctx > trained:
+            raise UsageError(
+                f"'n_ctx' {n_ctx:,} is more than {model_name} was trained on: give at most {trained:,} tokens", fields=("n_ctx",),
+            )
         self.model, self.mode = model_name, mode
         self.n_ctx = n_ctx
         self._stop = threading.Event()  # set when the draw is cancelled (Ctrl-C): see run_in_thread
+        # Held by the thread that decodes, and by aclose() while it frees the model: the model is
+        # never freed under a draw, however the draw was interrupted.
+        self._busy = threading.Lock()
+        self._closed = False
         try:
             self._llm = Llama(
                 model_path=str(model_path), n_ctx=n_ctx, n_threads=n_threads,
                 n_threads_batch=n_threads, verbose=False,
             )
-        except (ValueError, RuntimeError, OSError) as e:  # llama.cpp's answer to a damaged file
+        except (ValueError, RuntimeError, OSError) as e:
+            if "llama_context" in str(e):  # the model loaded; the context's memory could not be had
+                raise UsageError(
+                    f"llama.cpp could not make a context of {n_ctx:,} tokens for {model_name} (not enough memory?): "
+                    "give a smaller 'n_ctx'", fields=("n_ctx",),
+                ) from None
             raise UsageError(f"cannot load {model_path}: not a usable GGUF model ({short(str(e))})") from None
 
     def _interrupt_hook(self, input_ids, scores):
@@ -77,6 +109,12 @@ class LlamaCppBackend:
         return scores
 
     def complete_sync(self, request: Request) -> Generation:
+        with self._busy:
+            if self._closed:  # a draw that started after the run ended (Ctrl-C): nothing to decode with
+                raise BackendError("the model was closed before this draw started")
+            return self._complete(request)
+
+    def _complete(self, request: Request) -> Generation:
         from llama_cpp import LogitsProcessorList
 
         start = time.perf_counter()
@@ -98,9 +136,12 @@ class LlamaCppBackend:
             # the context is the user's choice of examples or context, not a crash.
             if "exceed context window" not in str(e):
                 raise
+            tokens = re.search(r"Requested tokens \((\d+)\)", str(e))
+            made = self._llm.n_ctx()
+            asked = f" ('n_ctx' {self.n_ctx} rounded up by llama.cpp)" if made != self.n_ctx else ""
             raise UsageError(
-                f"a prompt does not fit the model's context: {short(str(e))}; give fewer examples ('few_shot') "
-                f"or a longer context ('n_ctx', now {self.n_ctx})", fields=("few_shot", "n_ctx"),
+                f"a prompt{f' of {tokens[1]} tokens' if tokens else ''} does not fit the model's context of {made} tokens"
+                f"{asked}: give fewer examples ('few_shot') or a longer context ('n_ctx')", fields=("few_shot", "n_ctx"),
             ) from None
         return Generation(text or "", time.perf_counter() - start, choice.get("finish_reason"))
 
@@ -108,9 +149,12 @@ class LlamaCppBackend:
         return await run_in_thread(self.complete_sync, request, self._stop)
 
     async def aclose(self) -> None:
-        close = getattr(self._llm, "close", None)
-        if close is not None:
-            close()
+        self._stop.set()  # a draw in flight ends at its next token
+        with self._busy:
+            self._closed = True
+            close = getattr(self._llm, "close", None)
+            if close is not None:
+                close()
 
 
 def _build(model: str, o: LlamaCppOptions) -> LlamaCppBackend:

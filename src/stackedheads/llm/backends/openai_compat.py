@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from stackedheads.errors import UsageError, public_url, register_secret
+from stackedheads.errors import MIN_SECRET_CHARS, UsageError, public_url, register_secret
 from stackedheads.llm.backends._base import (
     BACKENDS,
     MODES,
@@ -29,6 +29,14 @@ from stackedheads.llm.backends._base import (
     short,
 )
 
+
+# Requests in flight at once: vLLM batches at most 256 sequences by default; more only queue.
+MAX_CONCURRENCY = 256
+# Retries of one request: with waits capped at 30 s, 20 retries already hold a draw about ten minutes.
+MAX_RETRIES = 20
+# A key shorter than this is a word or a number unless it mixes letters and digits: no word or
+# number a run writes is this long, so a longer key is redacted wherever it appears.
+UNMISTAKABLE_KEY_CHARS = 32
 
 _JSON_NAMES = {dict: "object", list: "array", int: "number", float: "number", bool: "boolean", type(None): "null"}
 
@@ -51,11 +59,48 @@ class OpenAIOptions(BackendOptions):
 
     def __post_init__(self) -> None:
         check_env_name(self.api_key_env)
-        if self.concurrency < 1:
-            raise UsageError(f"'concurrency' must be >= 1, got {self.concurrency}", fields=("concurrency",))
+        check_counts(self.concurrency, self.max_retries)
 
     def public(self) -> dict[str, Any]:
         return {**asdict(self), "base_url": public_url(self.base_url)}
+
+
+def _check_count(value: object, name: str, lo: int, hi: int, why: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"'{name}' must be a whole number, got {value!r}", fields=(name,))
+    if value < lo:
+        raise UsageError(f"'{name}' must be >= {lo}, got {value}", fields=(name,))
+    if value > hi:
+        raise UsageError(f"'{name}' must be at most {hi} ({why}), got {value}", fields=(name,))
+
+
+def check_counts(concurrency: object, max_retries: object) -> None:
+    """Requests in flight and retries, each a whole number within its bound."""
+    _check_count(concurrency, "concurrency", 1, MAX_CONCURRENCY, "a server batches a few hundred requests; more only queue")
+    _check_count(max_retries, "max_retries", 0, MAX_RETRIES, "with waits of up to 30 s, more would hold one draw for hours")
+
+
+def check_key(key: str, env: str) -> None:
+    """Refuse, never repeating it, a key that no request can carry (a space, a control character
+    such as a newline copied with it, a character outside ASCII: an HTTP header holds none) or
+    that redaction cannot hide without rewriting the run's own text. Redaction replaces a key
+    wherever it appears, so a key that could be a word or a number the run writes ("accuracy"
+    would turn results.json's accuracy keys into ***) must mix letters and digits, or be at least
+    UNMISTAKABLE_KEY_CHARS long. A key under MIN_SECRET_CHARS is a placeholder ("EMPTY"), sent
+    and never redacted."""
+    where = f"the API key in ${env}"
+    if not key.isascii():
+        raise UsageError(f"{where} holds a character outside ASCII, which an HTTP header cannot carry; it is not repeated here")
+    if any(c.isspace() or not c.isprintable() for c in key):
+        raise UsageError(f"{where} holds a space, tab, newline or other control character (copied with it?); it is not repeated here")
+    if MIN_SECRET_CHARS <= len(key) < UNMISTAKABLE_KEY_CHARS and not (
+        any(c.isalpha() for c in key) and any(c.isdigit() for c in key)
+    ):
+        raise UsageError(
+            f"{where} is made of letters or of digits alone and shorter than {UNMISTAKABLE_KEY_CHARS} characters: "
+            "it could be a word or a number the run writes, which hiding the key would rewrite everywhere; "
+            "give the server a key that mixes letters and digits (it is not repeated here)"
+        )
 
 
 def check_base_url(url: str | None) -> None:
@@ -105,11 +150,12 @@ class OpenAIBackend:
             raise UsageError(f"unknown mode {mode!r}; choose chat or completion")
         if not 0 < timeout < float("inf"):  # also refuses nan
             raise UsageError(f"'timeout' must be > 0 seconds, got {timeout}", fields=("timeout",))
-        if max_retries < 0:
-            raise UsageError(f"'max_retries' must be >= 0, got {max_retries}", fields=("max_retries",))
+        check_counts(concurrency, max_retries)
         check_base_url(base_url)
         check_env_name(api_key_env)
         key = os.environ.get(api_key_env)
+        if key:
+            check_key(key, api_key_env)
         register_secret(key)
         self._where = public_url(base_url) or "OpenAI"  # also registers a password in the URL
         if not key:
@@ -122,7 +168,7 @@ class OpenAIBackend:
         self.model = model
         self.mode = mode
         self.base_url = self._where if base_url else None  # never the URL's credentials
-        self.max_concurrency = max(1, concurrency)
+        self.max_concurrency = concurrency
         self._max_retries = max_retries
         self._timeout = timeout
         self._base, self._cap = backoff_base, backoff_cap
@@ -237,7 +283,10 @@ def _build(model: str, o: OpenAIOptions) -> OpenAIBackend:
 
 def _check(model: str, o: OpenAIOptions) -> None:
     check_base_url(o.base_url)
-    if o.base_url is None and not os.environ.get(o.api_key_env):
+    key = os.environ.get(o.api_key_env)
+    if key:
+        check_key(key, o.api_key_env)
+    if o.base_url is None and not key:
         raise UsageError(f"no API key: set ${o.api_key_env}, or give 'base_url' for a local server", fields=("base_url",))
 
 

@@ -1,10 +1,10 @@
 #!/bin/bash
 # One lent-GPU call for issues 39 and 40 (docs/training.md, 'The recipe screen'):
-#     bash scripts/gpu_session.sh LIMIT_S RUN...
-# LIMIT_S is the call's own timeout; RUN as scripts/gpu_runs.py takes them, highest priority first;
+#     bash tools/gpu/gpu_session.sh LIMIT_S RUN...
+# LIMIT_S is the call's own timeout; RUN as tools/gpu/gpu_runs.py takes them, highest priority first;
 # a run of the preset sec8 (24,000 steps) is dropped where the graphed step fails its test, as
 # eager steps cannot end it in one call. Everything it says goes to $OUT/setup.log too.
-# DEMO_MATRIX=CPUS (a taskset list, e.g. 10-15) runs issue 42's scripts/demo_matrix.py on those of
+# DEMO_MATRIX=CPUS (a taskset list, e.g. 10-15) runs issue 42's tools/maintenance/demo_matrix.py on those of
 # the host's cores beside the runs, its cells at once, resumed by the next call on a warm machine;
 # its records and table come back in $OUT/demo-matrix.
 #
@@ -46,14 +46,14 @@ DEADLINE=$(( LIMIT - SECONDS - 45 ))  # the archive, the exports and the transfe
 log "graph flag '${G}'; runs ${RUNS[*]} in $SCREEN_ROOT; deadline ${DEADLINE}s from now"
 if [ -n "${DEMO_MATRIX:-}" ]; then
   if python3 -c 'import jinja2, matplotlib, rich, safetensors, typer' 2>>"$OUT/setup.log"; then
-    setsid taskset -c "$DEMO_MATRIX" nice -n 10 python3 scripts/demo_matrix.py /tmp/demo-matrix --parallel \
+    setsid taskset -c "$DEMO_MATRIX" nice -n 10 python3 tools/maintenance/demo_matrix.py /tmp/demo-matrix --parallel \
       >>"$OUT/demo-matrix.log" 2>&1 & MATRIX=$!
     log "demo matrix on cores $DEMO_MATRIX (pid $MATRIX)"
   else
     log "demo matrix not started: a package it needs is missing (setup.log)"
   fi
 fi
-SCREEN_EXTRA="$G" python3 scripts/gpu_runs.py "$OUT" "$DEADLINE" "${RUNS[@]}"
+SCREEN_EXTRA="$G" python3 tools/gpu/gpu_runs.py "$OUT" "$DEADLINE" "${RUNS[@]}"
 log "done: $(tail -1 "$OUT/driver.log")"
 if [ -n "${MATRIX:-}" ]; then
   # Stopped with the runs (a rerun resumes its folders); what finished comes back.

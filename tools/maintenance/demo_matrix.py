@@ -1,7 +1,7 @@
 """The demo's verdicts in float32 and bfloat16, on 1 and 2 threads (issue 42): four `reproduce`
 runs and one table of the Sec. 7-9 claims, so a reader sees which verdict holds on any machine.
 
-    python3 scripts/demo_matrix.py OUT [--preset quick] [--skip llm] [--skip ...]
+    python3 tools/maintenance/demo_matrix.py OUT [--preset quick] [--skip llm] [--skip ...]
         [--cells float32-t1,bfloat16-t2] [--parallel] [--device cpu]
 
 Each cell is `stackedheads reproduce --preset PRESET --out OUT/<dtype>-t<threads> --dtype DTYPE
@@ -217,7 +217,7 @@ def main() -> int:
     commits = sorted({r["commit"][:7] for r in records.values()})
     where = "; ".join(sorted(set(machines.values())))
     (args.out / "verdicts.md").write_text(
-        f"`scripts/demo_matrix.py` at {', '.join(commits)}, preset {args.preset}, skipped: "
+        f"`tools/maintenance/demo_matrix.py` at {', '.join(commits)}, preset {args.preset}, skipped: "
         f"{', '.join(skips) or 'none'}; {where}\n\n" + table)
     (args.out / "verdicts.json").write_text(json.dumps(
         {"preset": args.preset, "skip": skips, "machines": machines, "commits": commits,

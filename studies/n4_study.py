@@ -13,7 +13,7 @@ stdout, and from there into ``docs/n4-study.md`` (settings, steps, final partial
 position's partial loss falls below the paper's Figure 4 threshold, 0.5 at N = 4, scaled to the
 1 - 1/N plateau for other N as the claims do -- and wall time). Run it alone on an idle machine for comparable wall times:
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/n4_study.py --out /work/runs/n4 [--study twins] [--only NAME]
+    OMP_NUM_THREADS=1 .venv/bin/python studies/n4_study.py --out /work/runs/n4 [--study twins] [--only NAME]
 """
 
 from __future__ import annotations

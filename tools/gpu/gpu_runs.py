@@ -1,7 +1,7 @@
 """Trainings on one lent GPU under one deadline, each analysed on the machine's CPUs as it ends
 (issues 39 and 40: a lent GPU gives 15 minutes, in calls of at most 10).
 
-    python3 scripts/gpu_runs.py OUT DEADLINE_S PRESET:RECIPE:SEEDS[:DTYPE] ...
+    python3 tools/gpu/gpu_runs.py OUT DEADLINE_S PRESET:RECIPE:SEEDS[:DTYPE] ...
 
 Each argument is one run, highest priority first: `train --preset PRESET --recipe RECIPE --seeds
 SEEDS --dtype DTYPE --device cuda --threads 1` (DTYPE float32 unless named; RECIPE gpt2 is the
@@ -23,7 +23,7 @@ Measured on one H200 (torch 2.11, eager float32, docs/training.md 'The recipe sc
 run of 3 or 4 seeds alone 20-23 steps/s (about 330 s); two at once 12.5 steps/s each (together
 only 14% more than one alone); ten bfloat16 runs 6-10 steps/s each (autocast's casts are more
 launches). On one H100 with `--cuda-graph` (SCREEN_EXTRA: each step one launch) under CUDA's MPS
-daemon (scripts/gpu_session.sh), docs/speed.md: a sec9 run alone 20 steps/s, two at once 16-20
+daemon (tools/gpu/gpu_session.sh), docs/speed.md: a sec9 run alone 20 steps/s, two at once 16-20
 each, six 7.7 each (46 in all); a sec8 run of 3 seeds alone 42 steps/s.
 
 Environment: SCREEN_DEVICE (cuda), SCREEN_ROOT (/tmp/gpu-runs), SCREEN_EXTRA (more train options
@@ -34,7 +34,7 @@ by the runs ANALYSE names: 150 with ANALYSE, else 0), ANALYSE_SPARE (runs analys
 the time left, none reserved), ANALYSIS_THREADS (threads per analysis process: 2), ANALYSIS_SLOTS
 (analyses at once: the cores over the threads, less one), SCREEN_EXPORT ("1" or run names: each
 one's last checkpoint, model only, as OUT/<run>-seed<S>.safetensors per seed: `circuit discover`
-elsewhere, after `python3 scripts/gpu_runs.py unpack EXPORT RUN` lays one out as a run folder).
+elsewhere, after `python3 tools/gpu/gpu_runs.py unpack EXPORT RUN` lays one out as a run folder).
 Analyses start in the runs' priority order.
 """
 import json
@@ -83,24 +83,63 @@ def export_seeds(checkpoint, prefix):
     return int(meta["step"]), list(cfg.seeds)
 
 
+def checked_out(text):
+    """OUT under the rule of every verb's `--out` (not empty, not the filesystem root)."""
+    import typer
+
+    from stackedheads.cli._app import out_path
+    from stackedheads.errors import UsageError
+
+    try:
+        return out_path(text)
+    except typer.BadParameter as e:
+        raise UsageError(f"OUT: {e.message}") from None
+
+
 def unpack_export(export, out):
     """One seed's export (:func:`export_seeds`) as a run folder here: OUT/config.json (the seed's
     config, from the checkpoint's header) and OUT/checkpoints/step_<N>.safetensors, which
     `circuit discover OUT` and `attention OUT` read. The file is copied as it came (its checksums
-    are verified on reading). Returns the step.
+    are verified on reading). OUT follows every verb's `--out` rules: not empty, not the root, no
+    folder of another kind, nor a training run of another configuration. Everything is checked
+    before anything is written. Returns the step.
 
-        python3 scripts/gpu_runs.py unpack PREFIX-seed<S>.safetensors OUT
+        python3 tools/gpu/gpu_runs.py unpack PREFIX-seed<S>.safetensors OUT
     """
-    import shutil
+    import re
 
-    from stackedheads.storage import atomic_write_json
+    from stackedheads.errors import UsageError
+    from stackedheads.storage import RunFolder, atomic_write_bytes, atomic_write_json
     from stackedheads.training.checkpoints import checkpoint_path, read_checkpoint
+    from stackedheads.training.config import TrainConfig
+    from stackedheads.training.loop import CONFIG_FILE, KIND
 
-    _, meta = read_checkpoint(Path(export))
-    out, step = Path(out), int(meta["step"])
-    checkpoint_path(out, step).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(export, checkpoint_path(out, step))
-    atomic_write_json(out / "config.json", json.loads(meta["config"]))
+    out = checked_out(out)
+    export = Path(export)
+    _, meta = read_checkpoint(export)
+    if not re.fullmatch(r"[0-9]{1,12}", meta["step"]):
+        raise UsageError(f"{export}: its header's step {meta['step'][:20]!r} is not a whole number: not an export of this script")
+    try:
+        config = json.loads(meta["config"])
+    except (json.JSONDecodeError, RecursionError):
+        raise UsageError(f"{export}: its header's config is not JSON: not an export of this script") from None
+    cfg = TrainConfig.from_dict(config, where=f"{export}'s header")
+    step = int(meta["step"])
+    folder = RunFolder(out, KIND)
+
+    def same_run() -> None:
+        old = folder.recorded(CONFIG_FILE, "a training run's config")
+        if old is not None:
+            folder.require_same(TrainConfig.from_dict(old, where=out / CONFIG_FILE).to_dict(), cfg.to_dict(), "another configuration")
+
+    folder.check()
+    same_run()  # before the lock, so that a refused folder keeps no .lock
+    with folder.lock("gpu_runs.py unpack"):
+        same_run()  # and under it: another process may have written since
+        target = checkpoint_path(out, step)
+        target.parent.mkdir(exist_ok=True)
+        atomic_write_bytes(target, export.read_bytes())
+        atomic_write_json(out / CONFIG_FILE, config)
     return step
 
 
@@ -126,19 +165,56 @@ def analysis_jobs(name, preset, seeds, root, timelines):
     return {f"{name}/{k}": (argv, [f"{name}/{d}" for d in deps]) for k, (argv, deps) in jobs.items()}
 
 
-def main():
-    if sys.argv[1:2] == ["unpack"]:
-        from stackedheads.errors import UsageError
+USAGE = "usage: gpu_runs.py OUT DEADLINE_S PRESET:RECIPE:SEEDS[:DTYPE] ... | gpu_runs.py unpack EXPORT.safetensors OUT"
 
+
+def parse_runs(specs):
+    """``PRESET:RECIPE:SEEDS[:DTYPE]`` arguments as {name: (preset, recipe, seeds, dtype)}, highest
+    priority first; a malformed one is a UsageError."""
+    from stackedheads.errors import UsageError
+
+    runs = {}
+    for spec in specs:
+        parts = spec.split(":")
+        if not 3 <= len(parts) <= 4 or not all(parts):
+            raise UsageError(f"run {spec!r} is not PRESET:RECIPE:SEEDS[:DTYPE]")
+        preset, recipe, seeds, dtype = (parts + ["float32"])[:4]
         try:
-            if len(sys.argv) != 4:
+            seed_list = [int(s) for s in seeds.split(",")]
+        except ValueError:
+            raise UsageError(f"run {spec!r}: seeds {seeds!r} are not comma-separated whole numbers") from None
+        runs[f"{preset}-{recipe}-{dtype}"] = (preset, recipe, seed_list, dtype)
+    return runs
+
+
+def main():
+    from stackedheads.errors import UsageError
+
+    args = sys.argv[1:]
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__ if args else USAGE, file=sys.stdout if args else sys.stderr)
+        sys.exit(0 if args else 2)
+    try:
+        if args[0] == "unpack":
+            if len(args) != 3:
                 raise UsageError("usage: gpu_runs.py unpack EXPORT.safetensors OUT")
-            print(f"{sys.argv[3]}: a run folder of step {unpack_export(sys.argv[2], sys.argv[3])}")
-        except (UsageError, OSError) as e:  # bad input: one line, exit 2
-            print(f"gpu_runs: {e}", file=sys.stderr)
-            sys.exit(2)
-        return
-    OUT, DEADLINE = Path(sys.argv[1]), float(sys.argv[2])
+            print(f"{args[2]}: a run folder of step {unpack_export(args[1], args[2])}")
+            return
+        if len(args) < 3:
+            raise UsageError(USAGE)
+        try:
+            deadline = float(args[1])
+        except ValueError:
+            raise UsageError(f"DEADLINE_S must be a number of seconds, got {args[1]!r}") from None
+        drive(checked_out(args[0]), deadline, parse_runs(args[2:]))
+    except (UsageError, OSError) as e:  # bad input: one line, exit 2
+        print(f"gpu_runs: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def drive(OUT, DEADLINE, runs):
+    """Train ``runs`` (:func:`parse_runs`) until DEADLINE seconds from now, as the module says."""
+    OUT.mkdir(parents=True, exist_ok=True)
     ROOT = Path(os.environ.get("SCREEN_ROOT", "/tmp/gpu-runs"))
     ROOT.mkdir(parents=True, exist_ok=True)
     ANALYSE = os.environ.get("ANALYSE", "")  # "1": every run; else the names of the runs to analyse, comma-separated
@@ -160,12 +236,10 @@ def main():
         return dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, PYTHONPATH=path, PYTHONUNBUFFERED="1")
 
 
-    RUNS = {}  # name -> (preset, seeds), highest priority first
+    RUNS = {name: (preset, seeds) for name, (preset, _, seeds, _) in runs.items()}  # highest priority first
     train = {}
-    for spec in sys.argv[3:]:
-        preset, recipe, seeds, dtype = (spec.split(":") + ["float32"])[:4]
-        name = f"{preset}-{recipe}-{dtype}"
-        RUNS[name] = (preset, [int(s) for s in seeds.split(",")])
+    for name, (preset, recipe, seed_list, dtype) in runs.items():
+        seeds = ",".join(map(str, seed_list))
         keep = "--keep-checkpoints" if os.environ.get("SCREEN_KEEP") else "--no-keep-checkpoints"
         args = cli("train", "--preset", preset, "--recipe", recipe, "--seeds", seeds, "--dtype", dtype,
                    "--device", os.environ.get("SCREEN_DEVICE", "cuda"), "--threads", "1", keep, "--out", ROOT / name,

@@ -8,13 +8,13 @@ rounding decides. This runs the demo's own stage (`reproduce.stage_circuits` or 
 one seed at a time in each cell and tabulates every seed's verdicts per cell, so the demo can
 take a seed whose verdicts hold in all four.
 
-    python3 benchmarks/twin_seeds.py --out RUNS [--twin circuits|emergence] [--demo quick]
+    python3 studies/twin_seeds.py --out RUNS [--twin circuits|emergence] [--demo quick]
         [--seeds 0,1,2,3] [--cells float32-t1,float32-t2,bfloat16-t1,bfloat16-t2] [--parallel]
-    python3 benchmarks/twin_seeds.py --out RUNS [--twin ...] --as-is   # the table of what is there
+    python3 studies/twin_seeds.py --out RUNS [--twin ...] --as-is   # the table of what is there
 
 RUNS/<cell>/seed<S> is laid out as a `reproduce` folder holding that one stage (run by a child
 process under OMP_NUM_THREADS=T, `--dtype`, `--threads T`, `--device cpu`, as
-scripts/demo_matrix.py runs a cell) and judged by the section's own claims, as `claims` judges
+tools/maintenance/demo_matrix.py runs a cell) and judged by the section's own claims, as `claims` judges
 the demo. A stage cut short resumes; a finished one is kept. `--parallel` runs the cells at once
 (a many-core host, such as a lent GPU's 16 cores). Written: RUNS/<twin>.md. A seed's row says
 "yes" where its verdicts agree in every measured cell (two or more). Run it alone on the
