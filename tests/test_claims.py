@@ -126,7 +126,7 @@ def test_section7_evidence_is_stated():
     assert paper["C2"]["fraction_in_order"] == 1.0 and paper["C3"]["layers_needed"] == {"x1": 2, "x2": 2, "x3": 3}
 
 
-# Issue 42's runs (N = 2, D = 2; final x1, x2 per seed at 2 and 3 layers, benchmarks/n4_study.py
+# Issue 42's runs (N = 2, D = 2; final x1, x2 per seed at 2 and 3 layers, studies/n4_study.py
 # --study figure4): seed 0 learns x2 at 2 layers in both dtypes, seed 1 at 3. The mean of the two
 # seeds at 2 layers is 0.354 in float32 and 0.295 in bfloat16, on either side of the 0.333 threshold.
 MEASURED_N2 = {

@@ -96,7 +96,7 @@ def test_a_published_emergence_stage_is_judged_in_the_reference_section(smoke, t
 
 
 def test_twin_seeds_runs_a_seed_as_the_demo_does(smoke, tmp_path):
-    """benchmarks/twin_seeds.py (issue 42's seed study of the twins) runs one seed's stage as
+    """studies/twin_seeds.py (issue 42's seed study of the twins) runs one seed's stage as
     `reproduce` does: the demo's own circuits stage is the oracle for its loss and A1-A5."""
     import importlib.util
     import os
@@ -108,7 +108,7 @@ def test_twin_seeds_runs_a_seed_as_the_demo_does(smoke, tmp_path):
     from stackedheads.layout import CIRCUITS_RUN
 
     root = Path(__file__).parents[1]
-    script = root / "benchmarks" / "twin_seeds.py"
+    script = root / "studies" / "twin_seeds.py"
     ran = json.loads((smoke / "circuits" / "runs" / CIRCUITS_RUN / "config.json").read_text())
     seed, cell = presets.REPRODUCE.get("smoke").circuits_seeds[0], f"{ran['dtype']}-t{ran['threads']}"
     r = subprocess.run([sys.executable, str(script), "--out", str(tmp_path), "--demo", "smoke", "--seeds", str(seed),

@@ -182,7 +182,7 @@ REPRODUCE.register("smoke", ReproducePreset(
 # twin and one D twin keep the training stages within that budget. The D twin's seed from the
 # twin search (docs/n4-study.md): seed 2 learned x1, x2, x3 100-150 steps apart (2-3
 # checkpoints), so the emergence order can be read. The A-C twin's, seed 3, from
-# benchmarks/twin_seeds.py: a 4-head circuit whose first head
+# studies/twin_seeds.py: a 4-head circuit whose first head
 # links every pair (the paper's shape) in float32; seed 1 ends with 3 heads in float32 and 4 in
 # bfloat16 (A5 flips), and seed 2 would be the D twin's own model (the same settings).
 REPRODUCE.register("quick", ReproducePreset(

@@ -15,7 +15,7 @@ checkpoint (sec8's 24,000 steps take about 10 minutes alone on an H100: two call
 As a run ends (with ANALYSE set): `circuit discover --threshold 0.05` (App. E) for each seed in a
 process of its own (ROOT/RUN-analysis/discovered-S), then per seed `attention` (sec8: Figure 5's
 maps) or `emergence` once its circuits are there (where the checkpoints were kept: Sec. 9's
-timeline, timeline-S; scripts/publish_piece.py takes these folders as they are). Everything
+timeline, timeline-S; `stackedheads publish-piece` takes these folders as they are). Everything
 stops at DEADLINE. What finished comes back as OUT/runs.tgz (configs, metrics, summaries,
 segments, logs, circuits, maps, timelines; never a checkpoint) and OUT/driver.log.
 
