@@ -313,7 +313,7 @@ def test_an_unexplained_row_is_named_by_its_diagnosis():
 
     d = {"layer": 3, "head": 0, "role": "query", "rule": "kept", "rule_covered": None, "rule_kind": None,
          "best": "s+6&o+6", "kind": "mixture: cross-chain+retrieval", "covered": 0.62}
-    a3 = _sec8(_summary([*PAIRS, *RETRIEVE], unexplained=[(3, 0, "query")], diagnosis=[d], combined=(0.01, 0.01, 0.09)))["A3"]
+    a3 = _sec8(_summary([*PAIRS, *RETRIEVE], unexplained=[(3, 0, "query")], diagnosis=[d], combined=(0.01, 0.05, 0.12)))["A3"]
     assert a3.verdict == INCONCLUSIVE
     assert "L3.0 query reads s+6&o+6 (mixture: cross-chain+retrieval, 62% of its attention)" in a3.measured
     # A retrieval rule that covers little of its row's attention is said beside the head count.

@@ -389,7 +389,7 @@ def load(folder: Path) -> dict:
         from stackedheads.claims import beyond
         from stackedheads.depth import read_results
 
-        phase = read_state_json(folder / "phase.json", "a depth phase diagram")
+        phase = read_state_json(folder / "phase.json", "a depth phase diagram", list)
         tables.append({"title": "Layers needed per D: trained (every seed) vs theory",
                        **beyond.layers_rows(phase, beyond.d2_per_depth(read_results(folder)))})
     # A reference covers the stages it ran: the others' NOT RUN rows would only be noise.

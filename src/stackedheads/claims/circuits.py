@@ -221,6 +221,8 @@ def validation_total(found: dict) -> tuple[str, str]:
     how = "App. E's absolute budget" if absolute else "a CPU twin's relative budget: the unablated loss + the tolerance"
     text = f"unablated {un:.4f}, combined ablation {comb:.4f} over every position, below {budget:.3g} needed ({how}; paper: below 0.05)"
     unexplained = found["unexplained_heads"]
+    if shortcuts := shortcut_text(found):
+        text += f"; {shortcuts}"
     if absolute and un >= budget:
         return INCONCLUSIVE, text + "; the model's own loss is not below it"
     if comb < budget:
