@@ -145,7 +145,7 @@ def kinds(tmp_path_factory):
     """A finished folder of each kind `publish` takes: figure4 sweep (``figure4``, its claims
     written), depth sweep (``depth``), training run (``train``), llm-bench runs (``shallow``,
     ``deep``) and their llm comparison (``comparison``). Tests that change one copy it first."""
-    from helpers import DepthModel, bench_run
+    from helpers import DepthModel, bench_depth_model
 
     from stackedheads import depth, presets, sweep
     from stackedheads.claims import beyond, sec7
@@ -158,7 +158,7 @@ def kinds(tmp_path_factory):
     result = depth.run_depth(presets.depth("smoke"), root / "depth")
     beyond.write_claims(root / "depth", result.rows)
     train(presets.get("smoke"), root / "train")
-    bench_run(DepthModel(2, "shallow"), root / "shallow", n=3)
-    bench_run(DepthModel(9, "deep"), root / "deep", n=3)
+    bench_depth_model(DepthModel(2, "shallow"), root / "shallow", n=3)
+    bench_depth_model(DepthModel(9, "deep"), root / "deep", n=3)
     compare.compare([root / "shallow", root / "deep"], root / "comparison")
     return root

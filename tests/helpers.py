@@ -386,10 +386,6 @@ class SolverModel:
         sol = solve(question_text(request))
         return Generation(text=self.policy(sol, request.seed, len(self.requests)), latency_s=0.001, finish_reason="stop")
 
-
-        text = self.policy(sol, request.seed, len(self.requests))
-        return Generation(text=text, latency_s=0.001, finish_reason="stop")
-
     async def aclose(self) -> None:
         self.closed = True
 
@@ -403,10 +399,6 @@ class DepthModel(SolverModel):
             policy=lambda sol, seed, calls: sol.answer if sol.steps <= limit else sorted(sol.candidates - {sol.answer})[0],
             model=model,
         )
-
-
-def bench_run(model, out: Path, n: int = 6) -> None:
-    """An llm-bench folder of ``model``: every formulation, and equations over D = 1..4."""
 
 
 def bench_depth_model(model: DepthModel, out: Path, n: int = 6) -> None:

@@ -17,8 +17,12 @@ def _circuit(info: dict) -> dict:
 
 @pytest.mark.parametrize("info", ["other run", "other seed"])
 def test_emergence_refuses_the_circuit_of_another_run(ckpt_run, tmp_path, cli, info):
-    """A circuit of another run of the same shape passed the shape check: circuit.json names its run."""
+    """A circuit of another run of the same shape passed the shape check: circuit.json names its run.
+    The other run is one whose training went otherwise (its metrics differ): a plain copy of this
+    run is this run (test_kinds)."""
     other = copy_run(ckpt_run, tmp_path / "other")
+    metrics = other / "metrics.csv"
+    metrics.write_text("\n".join(metrics.read_text().splitlines()[:-1]) + "\n")
     (tmp_path / "c" / "seed0").mkdir(parents=True)
     recorded = {"run": str(other), "seed": 0} if info == "other run" else {"run": str(ckpt_run), "seed": 5}
     (tmp_path / "c" / "seed0" / "circuit.json").write_text(json.dumps(_circuit(recorded)))
