@@ -306,7 +306,7 @@ def test_a_circuit_the_rules_cannot_explain_is_reported_partial(forced_model, mo
                                      "final_partial": {f"val_x{j}": p for j, p in enumerate(s["unablated"]["partial"], 1)}}}}
     a3 = {c.id: c for c in sec8.circuit_claims({"train": train_summary, "circuits": {"0": s}})}["A3"]
     assert a3.verdict == claims.INCONCLUSIVE
-    assert "partial circuit: 3 unexplained rows made uniform" in a3.measured and "L1.0 query" in a3.measured
+    assert "partial circuit:" in a3.measured and "unexplained rows made uniform" in a3.measured and "L1.0 query" in a3.measured
     per_position = next(r for r in a3.readings if r.reading == "per-position").measured
     assert "partial circuit: x1, x2 over budget" in per_position
 

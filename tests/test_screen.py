@@ -1,4 +1,4 @@
-"""The recipe screen (issue 39): how many seeds each recipe wants, what it says of a finished one,
+"""The recipe screen: how many seeds each recipe wants, what it says of a finished one,
 and the recipe it names (``--recipe paper-curriculum`` follows it)."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def test_the_screen_wants_four_seeds_where_a_choice_moved_and_of_every_combinati
     # No baseline, or no run named as a screen recipe: no screen to state.
     assert seeds.screen(runs[1:]) is None and seeds.screen(seeds.collect_seeds([base, f], ["sec9", "other"])) is None
     r = cli("seeds", base, a, "--label", "sec9", "--label", "lr-constant", "--markdown")
-    assert r.code == 0 and "### The recipe screen (issue 39)" in r.out and "| lr-constant | 2 |" in r.out
+    assert r.code == 0 and "### The recipe screen:" in r.out and "| lr-constant | 2 |" in r.out
     r = cli("seeds", base, a, "--label", "sec9", "--label", "lr-constant", "--json")
     assert json.loads(r.out)["screen"]["rows"][0]["recipe"] == "lr-constant"
     r = cli("seeds", base, a, "--label", "sec9", "--label", "lr-constant")
