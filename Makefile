@@ -34,8 +34,8 @@ browser:
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 
 # Two workers (pytest-xdist), a test module on one: its module-scoped fixtures are built once.
-# Modules go out in collection order (xdist's default sends those with the most tests first),
-# so test_compile.py, the longest (a cold inductor), starts near the beginning, not at the end.
+# Modules go out in collection order, the longest first (tests/conftest.py: FIRST), so that
+# no long module runs alone at the end.
 # The 30 slowest tests are listed at the end: the suite's budget is 6 min of pytest (issue 42).
 test: $(STAMP) browser
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=30
