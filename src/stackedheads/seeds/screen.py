@@ -10,7 +10,7 @@ from stackedheads.recipes import PAPER_CURRICULUM
 from stackedheads.seeds.distance import PAPER, toward, x1_fall
 from stackedheads.seeds.rows import RunSeeds
 
-# Issue 39's rule for the recipe screen: two seeds of every choice, four of one that moved the
+# The recipe screen's rule: two seeds of every choice, four of one that moved the
 # plateau or the final loss 2x or more toward the paper, four of every combination of choices.
 SCREEN_SEEDS, MOVED_SEEDS = 2, 4
 
