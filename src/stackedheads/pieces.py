@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 from stackedheads.errors import UsageError
@@ -99,12 +100,13 @@ class Result:
     unfinished: list[Path]
 
 
-def read_result(stage_dir: Path, name: str) -> Result:
+def read_result(stage_dir: Path, name: str, check: Callable[[Path, dict], None] | None = None) -> Result:
     """The one rule for a stage trained in pieces, for every reader and ``publish``: each finished
     piece's summary.json must be a training summary (``config`` and ``seeds``), and the pieces
     combine (:func:`combine`: the same settings, no seed twice), else one line; the pieces still
     training are named (``publish`` refuses them, a reader says it does not count them). A
-    summary's wall time, where it has one, is a number of seconds >= 0."""
+    summary's wall time, where it has one, is a number of seconds >= 0. ``check(path, summary)``:
+    a reader's own check of each summary, before the pieces combine."""
     done = []
     for d in piece_dirs(stage_dir, name):
         if not (d / "summary.json").exists():
@@ -115,5 +117,7 @@ def read_result(stage_dir: Path, name: str) -> Result:
         wall = s.get("wall_s", 0.0)
         if not isinstance(wall, (int, float)) or isinstance(wall, bool) or not math.isfinite(wall) or wall < 0:
             raise UsageError(f"{d / 'summary.json'}: 'wall_s' is no wall time in seconds ({str(wall)[:30]})")
+        if check is not None:
+            check(d / "summary.json", s)
         done.append((d, s))
     return Result(combine(done), unfinished(stage_dir, name))

@@ -143,10 +143,8 @@ def stage_from_files(stage_dir: Path, run_name: str) -> dict | None:
 def training_summary(stage_dir: Path, run_name: str) -> dict | None:
     """The stage's training summary, its pieces combined by the rule ``publish`` applies
     (:func:`stackedheads.pieces.read_result`; None when no piece has finished), each piece's
-    summary checked for what is read of it."""
-    for d in pieces.piece_dirs(stage_dir, run_name):
-        read_json(d / "summary.json", TRAIN_SUMMARY, stage_dir)
-    return pieces.read_result(stage_dir, run_name).summary
+    summary checked for what is read of it (each file read once)."""
+    return pieces.read_result(stage_dir, run_name, check=lambda path, s: expect(s, TRAIN_SUMMARY, path, stage_dir)).summary
 
 
 def finished_metrics(stage_dir: Path, run_name: str) -> list[dict]:
