@@ -67,9 +67,15 @@ for _lr in ("3e-4", "1e-4"):
 PAPER_CURRICULUM = "tl-stack"
 
 # The recipe screen's recipes, in the order its table lists them (docs/training.md, "The recipe screen").
-SCREEN = ("lr-constant", "lr-warmup-constant", "n-train-2048", "n-train-16384", "n-train-65536", "init-input-torch",
-          "init-resid-sublayers", "pos-pair", "pos-learned", "dtype-float32", "init-tl", "tl-stack",
-          "init-input-torch+lr-constant", "init-input-torch+lr-warmup-constant", "lr-constant+n-train-16384")
+# Round one: each choice Sec. 7.1 leaves open, then the movers combined. Round two: TransformerLens's stack
+# with the input layer at PyTorch's default, and the learning rate under it and under the presets (four
+# seeds each).
+SCREEN_ROUNDS = (("lr-constant", "lr-warmup-constant", "n-train-2048", "n-train-16384", "n-train-65536",
+                  "init-input-torch", "init-resid-sublayers", "pos-pair", "pos-learned", "dtype-float32", "init-tl",
+                  "tl-stack", "init-input-torch+lr-constant", "init-input-torch+lr-warmup-constant",
+                  "lr-constant+n-train-16384"),
+                 ("tl-stack+init-input-torch", "tl-stack+lr-3e-4", "lr-3e-4"))
+SCREEN = tuple(name for names in SCREEN_ROUNDS for name in names)
 
 # Names the screen used before: a run's recorded command may hold them.
 OLD_NAMES = {"constant-clip": "lr-constant", "warmup-constant": "lr-warmup-constant", "train-2048": "n-train-2048",

@@ -10,8 +10,9 @@ from stackedheads.recipes import PAPER_CURRICULUM
 from stackedheads.seeds.distance import PAPER, toward, x1_fall
 from stackedheads.seeds.rows import RunSeeds
 
-# The recipe screen's rule: two seeds of every choice, four of one that moved the
-# plateau or the final loss 2x or more toward the paper, four of every combination of choices.
+# The recipe screen's rule: two seeds of every choice, four of one that moved the plateau or
+# the final loss 2x or more toward the paper, four of every combination of choices and of every
+# recipe of the second round.
 SCREEN_SEEDS, MOVED_SEEDS = 2, 4
 
 
@@ -35,11 +36,12 @@ def screen(runs: list[RunSeeds]) -> dict | None:
     first sec9 run given whose label is no recipe. A choice "moved" when its median, or any one of
     its seeds, puts x1's fall or the final val MSE 2x or more closer to the paper's (450 epochs,
     0.031) than the baseline's median (:func:`toward`): one seed of two that moved may be the
-    choice's effect, and more seeds decide it. Every recipe of :data:`stackedheads.recipes.SCREEN`
+    choice's effect, and more seeds decide it. The second round's recipes want four seeds each.
+    Every recipe of :data:`stackedheads.recipes.SCREEN`
     is listed, with 0 seeds where no run of it was given; a run of another recipe (decay-all) is
     in the distance table, not the screen.
     """
-    from stackedheads.recipes import SCREEN, recipe
+    from stackedheads.recipes import SCREEN, SCREEN_ROUNDS, recipe
 
     sec9 = [r for r in runs if r.section == "sec9"]
     screened = {name: r for r in sec9 if (name := screened_name(r.label)) in SCREEN}
@@ -69,9 +71,11 @@ def screen(runs: list[RunSeeds]) -> dict | None:
                 if hits:
                     moved.append(f"{measure}: {', '.join(hits)}")
         n = len(run.rows) if run is not None else 0
-        wanted = MOVED_SEEDS if choices > 1 or moved else SCREEN_SEEDS
-        row = {"recipe": name, "seeds": n, "moved": moved,
-               "why": "a combination" if choices > 1 else "moved 2x toward the paper" if moved else "did not move",
+        second = name in SCREEN_ROUNDS[1]
+        wanted = MOVED_SEEDS if choices > 1 or moved or second else SCREEN_SEEDS
+        row = {"recipe": name, "seeds": n, "moved": moved, "round": 2 if second else 1,
+               "why": ("a combination" if choices > 1 else "moved 2x toward the paper" if moved
+                       else "round two" if second else "did not move"),
                "wanted": wanted, "to_run": max(0, wanted - n), "distance": s["distance"]}
         row["verdict"] = _verdict(row, base.label, b["distance"])
         rows.append(row)
@@ -155,4 +159,5 @@ def screen_title(state: dict) -> str:
     x1 = m["x1's fall"]
     return (f"The recipe screen: {SCREEN_SEEDS} seeds a choice, {MOVED_SEEDS} where x1's fall or the final "
             f"val MSE moved 2x or more toward the paper's 450 epochs and 0.031 from {state['baseline']}'s "
-            f"{x1} and {m['final val MSE']}, {MOVED_SEEDS} a combination: {state['to_run']} seeds to run")
+            f"{x1} and {m['final val MSE']}, {MOVED_SEEDS} a combination or a recipe of the second round: "
+            f"{state['to_run']} seeds to run")
