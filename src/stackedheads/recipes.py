@@ -64,7 +64,7 @@ for _lr in ("3e-4", "1e-4"):
 
 # The recipe the screen names: of the screened recipes whose seeds are all in, the one nearest Sec. 9.2's
 # curriculum by `stackedheads seeds`' distance (tests check it against results/sec9).
-PAPER_CURRICULUM = "tl-stack"
+PAPER_CURRICULUM = "tl-stack+lr-3e-4"
 
 # The recipe screen's recipes, in the order its table lists them (docs/training.md, "The recipe screen").
 # Round one: each choice Sec. 7.1 leaves open, then the movers combined. Round two: TransformerLens's stack
