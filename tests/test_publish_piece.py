@@ -138,10 +138,12 @@ def test_publish_piece_publishes_pieces_and_recomputes_what_they_share(pieces, t
 
     with pytest.raises(UsageError, match="needs --title, --train-command and --notes"):
         publish(runs / f"{EMERGENCE_RUN}-seed1")
-    first = publish(runs / EMERGENCE_RUN, title="t", train_command="stackedheads train --preset sec9-smoke", notes="Seed 0 alone.")
+    first = publish(runs / EMERGENCE_RUN, title="t", train_command="stackedheads train --preset sec9-smoke", notes="Seed 0 alone; seed 1 to come as a further piece.")
     assert first["command"].startswith("stackedheads train --preset sec9-smoke --seeds 0 --out RUN; stackedheads circuit discover")
     with pytest.raises(UsageError, match="--note says how the piece ran"):
         publish(runs / f"{EMERGENCE_RUN}-seed1", note="Seed 1: the same command, final val MSE 0.017")
+    with pytest.raises(UsageError, match="--commit's"):
+        publish(runs / f"{EMERGENCE_RUN}-seed1", commit="abcdef1", note="on another CPU, from a clone of abcdef1")
     second = publish(runs / f"{EMERGENCE_RUN}-seed1", commit="abcdef1", note="on another CPU")
     again = publish(runs / f"{EMERGENCE_RUN}-seed1", commit="abcdef1", note="on another CPU")
     assert again == second and second["commit"] == first["commit"] == "7e32fd7"
@@ -150,6 +152,7 @@ def test_publish_piece_publishes_pieces_and_recomputes_what_they_share(pieces, t
     assert second["command"].count("; seed 1: the same with --seeds 1") == 1
     assert second["notes"].startswith("Seed 0 alone. Seed 1: the same command with --seeds 1, from a clone of abcdef1")
     assert second["notes"].count("Seed 1:") == 1 and "on another CPU" in second["notes"]
+    assert "to come" not in second["notes"] and second["notes"].count("clone of") == 1
     assert second["notes"].endswith("no circuits yet (E4 from metrics.csv).")
     # a piece's sentence names the seeds that have circuits or a timeline where some have none
     em = tmp_path / "em"
@@ -180,6 +183,20 @@ def test_publish_piece_publishes_pieces_and_recomputes_what_they_share(pieces, t
         assert (results / "two-folders" / "emergence" / "discovered" / f"seed{s}" / "circuit.json").read_bytes() == (
             tmp_path / f"discovered-{s}" / f"seed{s}" / "circuit.json").read_bytes()
     assert ref["name"] == "two-folders"
+
+
+@pytest.mark.parametrize(("notes", "published", "left"), [
+    ("One seed a run; seeds 1 and 2 to come as further pieces.", {0, 1, 2}, "One seed a run."),
+    ("One seed a run; seeds 1 and 2 to come as further pieces.", {0, 1}, "One seed a run; seeds 1 and 2 to come as further pieces."),
+    ("Seed 0 alone. Seeds 1-3 to come as further pieces. Float32.", {0, 1, 2, 3}, "Seed 0 alone. Float32."),
+    ("Seed 0 alone. Seeds 1-3 to come as further pieces. Float32.", {0, 1, 3}, "Seed 0 alone. Seeds 1-3 to come as further pieces. Float32."),
+    ("Bf16; seed 3 is to come; nice 5.", {3}, "Bf16; nice 5."),
+    ("No seed to come here.", {0}, "No seed to come here."),
+])
+def test_a_clause_saying_seeds_are_to_come_goes_once_they_are_published(notes, published, left):
+    from stackedheads.publish_piece import without_seeds_to_come
+
+    assert without_seeds_to_come(notes, published) == left
 
 
 def test_publish_piece_lays_sec8_pieces_out_as_results_sec8_with_maps(tmp_path, cli):

@@ -9,8 +9,8 @@ holds it). The result is staged from what RESULTS/NAME holds plus the piece, so 
 piece again writes the same reference: the command, the wall time (the pieces' training summed)
 and the timeline summary are recomputed from the staged pieces, never added to, and a piece holding
 the same seeds is replaced. A further piece's notes get one sentence of what it measured
-("Seed S: ...") beside ``note``; the reference keeps the first piece's commit, and a piece from
-another commit names its own. Pieces that are not one result are refused as ``claims`` refuses
+("Seed S: ...") beside ``note``, and a clause of the notes saying its seeds are "to come" goes;
+the reference keeps the first piece's commit, and a piece from another commit names its own. Pieces that are not one result are refused as ``claims`` refuses
 them (:func:`stackedheads.pieces.read_result`).
 """
 
@@ -156,6 +156,28 @@ def piece_note(run: Path, seeds: list[int], commit: str, first_commit: str, note
             f"final val MSE {finals}; {analysed(folder, seeds, stage)}.")
 
 
+_TO_COME = re.compile(r"(?:[;,] |(?<=\. )|^)[Ss]eeds? (\d[\d, and-]*?) (?:are |is )?to come\b[^.;]*(?:\.\s*)?")
+
+
+def without_seeds_to_come(notes: str, published: set[int]) -> str:
+    """``notes`` less each clause saying seeds are "to come" once every seed it names is
+    published; a clause naming a seed still missing stays."""
+    def named(m: re.Match) -> set[int]:
+        out: set[int] = set()
+        for a, b in re.findall(r"(\d+)(?:-(\d+))?", m.group(1)):
+            out.update(range(int(a), int(b or a) + 1))
+        return out
+
+    def drop(m: re.Match) -> str:
+        if not named(m) <= published:
+            return m.group(0)
+        clause = m.group(0)
+        ends = clause.rstrip().endswith(".")
+        return "." + clause[len(clause.rstrip()):] if clause[0] in ";," and ends else ""
+
+    return _TO_COME.sub(drop, notes).strip()
+
+
 def analysed(folder: Path, seeds: list[int], stage: Stage = STAGES["emergence"]) -> str:
     """What the piece's seeds hold beside their metrics: circuits and a timeline (or attention
     maps), naming the seeds that have one where some have not."""
@@ -199,6 +221,8 @@ def publish_piece(a: Piece) -> tuple[Path, references.Reference]:
     if re.search(r"\bSeeds? \d|partial losses below|final val MSE", a.note):
         # the piece's sentence already says these from its files: a note repeating them read twice
         raise UsageError("--note says how the piece ran; its seeds, partial losses and final loss are written from RUN")
+    if re.search(r"\bclone of\b|\bcommit [0-9a-f]{7}", a.note):
+        raise UsageError("--note says how the piece ran; the commit it ran from is --commit's, written where it differs")
     run_seeds = check_run(run)
     for d in (*a.circuits, *extra[st.second]):
         for s in run_seeds:
@@ -252,6 +276,7 @@ def publish_piece(a: Piece) -> tuple[Path, references.Reference]:
             notes = str(ref.get("notes", ""))
             if piece != st.run:  # a further piece: its sentence replaces one written before
                 notes = re.sub(rf" Seeds? {','.join(map(str, run_seeds))}: .*?(?= Seeds? \d[\d,]*: |$)", "", notes).strip()
+                notes = without_seeds_to_come(notes, {x for p in ordered for x in _seeds(p)})
                 notes += piece_note(run, run_seeds, commit, first_commit, a.note, folder, st)
         command = base + "".join(
             f"; seed {','.join(map(str, _seeds(p)))}: the same with --seeds {','.join(map(str, _seeds(p)))} "

@@ -32,7 +32,7 @@ def publish_piece_cmd(
     timeline: list[Path] = typer.Option([], "--timeline", help="A folder of seed*/ written by `emergence` (repeatable; Sec. 9 only)."),
     maps: list[Path] = typer.Option([], "--maps", help="A folder of seed*/ written by `attention` (repeatable; Sec. 8 only)."),
     commit: Optional[str] = typer.Option(None, "--commit", help="The commit RUN's code came from (default: this checkout's HEAD)."),
-    note: str = typer.Option("", "--note", help="A further piece: how it ran, added to its sentence in the notes."),
+    note: str = typer.Option("", "--note", help="A further piece: how it ran (machine, sittings), added to its sentence in the notes; the seeds, losses and commit are written from RUN and --commit."),
     title: Optional[str] = typer.Option(None, "--title", help="The reference's title: needed by the first piece; a further piece keeps it unless given."),
     train_command: Optional[str] = typer.Option(None, "--train-command", help="The first piece: its train command without --seeds and --out."),
     notes: Optional[str] = typer.Option(None, "--notes", help="The first piece: the reference's notes."),
