@@ -17,7 +17,7 @@ from helpers import one_error, refused
 
 from stackedheads import presets, statefiles, storage
 from stackedheads.errors import UsageError
-from stackedheads.training.metrics import read_metrics
+from stackedheads.training.metrics import read_metrics, truncate_metrics
 
 
 # --- regular files only ------------------------------------------------------------------------------
@@ -136,6 +136,30 @@ def test_a_metrics_csv_with_another_header_is_named(tmp_path, ckpt_run):
     (run / "metrics.csv").write_text("a,b,c\n" + text.split("\n", 1)[1])
     with pytest.raises(UsageError, match="header 'a,b,c'"):
         read_metrics(run)
+    with pytest.raises(UsageError, match="is not that of metrics.csv"):
+        truncate_metrics(run / "metrics.csv", 1, ["step", "seed", "train_loss", "val_loss", "val_x1", "wall_s"])
+    assert (run / "metrics.csv").read_text() == "a,b,c\n" + text.split("\n", 1)[1]  # nothing lost
+
+
+def test_a_metrics_csv_that_is_not_utf8_is_one_line(tmp_path):
+    """Every verb (train resuming, claims, report, reproduce, seeds) reads metrics.csv through these two."""
+    path = tmp_path / "metrics.csv"
+    path.write_bytes(b"step,seed\n\xff\xfe\x00garbage\n")
+    for read in (lambda: read_metrics(tmp_path), lambda: truncate_metrics(path, 1, ["step", "seed"])):
+        with pytest.raises(UsageError, match="is damaged \\(not UTF-8 text\\)"):
+            read()
+
+
+def test_train_resuming_over_a_non_utf8_metrics_csv_is_one_line(tmp_path, cli):
+    from stackedheads.training import train
+
+    run = tmp_path / "t"
+    train(presets.get("smoke").override(steps=20, ckpt_every=10), run, stop_after=15)  # a checkpoint at 10
+    (run / "metrics.csv").write_bytes(b"step,seed\n\xff\xfe\n")
+    code, _, err = cli("train", "--preset", "smoke", "--steps", 20, "--ckpt-every", 10, "--out", run)
+    # One line refusing it, or (the resume's own rule for metrics it cannot use) a warning and
+    # a rebuild: never a traceback.
+    assert "Traceback" not in err and (code == 0 or (code == 2 and one_error(err))), err
 
 
 @pytest.mark.parametrize("cut", ["mid-line", "whole lines"])

@@ -1,6 +1,6 @@
-"""Reading a finished folder's state files (done.json, config.json, sweep.json, summaries,
-metrics.csv): what is damaged or impossible is one line naming the file, and a read-only verb
-writes nothing."""
+"""The verbs reading a finished folder's state files (done.json, config.json, sweep.json,
+summaries): what is damaged or impossible is one line naming the file, and a read-only verb
+writes nothing. metrics.csv's reader: test_state_files.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from helpers import one_error, reproduce_folder
 
-from stackedheads.errors import UsageError
 
 
 def _snapshot(folder: Path) -> dict:
@@ -81,40 +80,3 @@ def test_claims_refuse_an_impossible_loss_and_rewrite_nothing(smoke_sweep, tmp_p
     assert code == 2 and one_error(err), err
     assert str(summary) in err and "final losses >= 0" in err and "rebuilt" not in err
     assert _snapshot(folder) == before
-
-
-def test_metrics_with_a_wrong_header_is_one_line(tmp_path):
-    from stackedheads.training.metrics import read_metrics, truncate_metrics
-
-    path = tmp_path / "metrics.csv"
-    path.write_text("stop,seed,train_loss\n1,0,0.5\n")
-    with pytest.raises(UsageError, match="is not that of metrics.csv"):
-        truncate_metrics(path, 1, ["step", "seed", "train_loss", "val_loss", "val_x1", "wall_s"])
-    with pytest.raises(UsageError, match="is not that of metrics.csv"):
-        read_metrics(tmp_path)
-    assert path.read_text() == "stop,seed,train_loss\n1,0,0.5\n"  # nothing lost
-
-
-def test_a_metrics_csv_that_is_not_utf8_is_one_line(tmp_path):
-    """Every verb (train resuming, claims, report, reproduce, seeds) reads metrics.csv through these two."""
-    from stackedheads.training.metrics import read_metrics, truncate_metrics
-
-    path = tmp_path / "metrics.csv"
-    path.write_bytes(b"step,seed\n\xff\xfe\x00garbage\n")
-    for read in (lambda: read_metrics(tmp_path), lambda: truncate_metrics(path, 1, ["step", "seed"])):
-        with pytest.raises(UsageError, match="is damaged \\(not UTF-8 text\\)"):
-            read()
-
-
-def test_train_resuming_over_a_non_utf8_metrics_csv_is_one_line(tmp_path, cli):
-    from stackedheads import presets
-    from stackedheads.training import train
-
-    run = tmp_path / "t"
-    train(presets.get("smoke").override(steps=20, ckpt_every=10), run, stop_after=15)  # a checkpoint at 10
-    (run / "metrics.csv").write_bytes(b"step,seed\n\xff\xfe\n")
-    code, _, err = cli("train", "--preset", "smoke", "--steps", 20, "--ckpt-every", 10, "--out", run)
-    # One line refusing it, or (the resume's own rule for metrics it cannot use) a warning and
-    # a rebuild: never a traceback.
-    assert "Traceback" not in err and (code == 0 or (code == 2 and one_error(err))), err
-
