@@ -1,0 +1,143 @@
+"""docs/results.md says what the tracked results hold: a per-seed table's verdicts are the
+claims' (``seeds.md`` under each claim's primary reading; a reading named in a column's header,
+"E3 (first-path; hurt-most)", from ``claims.json``), the screen's table is what
+``stackedheads seeds results/sec9/* --markdown`` prints, and "Distance D" in a recipe's section
+is that recipe's median distance."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from stackedheads import seeds
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "results.md"
+RESULTS = ROOT / "results"
+VERDICT = re.compile(r"\b(PASS|FAIL|INCONCLUSIVE|NOT RUN)\b")
+CLAIM_COLUMN = re.compile(r"^([AE]\d)(?: \(([a-z-]+(?:; [a-z-]+)*)\))?$")
+
+
+def sections(text: str) -> list[tuple[str, list[str]]]:
+    """(heading, the lines up to the next heading) for each heading of the page."""
+    out: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            out.append((line, []))
+        elif out:
+            out[-1][1].append(line)
+    return out
+
+
+def folder(heading: str) -> str | None:
+    """The one result a section is about: the single ``results/<section>/<name>/`` its heading names."""
+    named = re.findall(r"`results/((?:sec\d|depth)/[\w.+-]+)/`", heading)
+    return named[0] if len(named) == 1 else None
+
+
+def tables(lines: list[str]) -> list[list[list[str]]]:
+    """Each markdown table of ``lines`` as rows of cells, the separator row left out."""
+    found: list[list[list[str]]] = []
+    current: list[list[str]] = []
+    for line in [*lines, ""]:
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if not all(re.fullmatch(r":?-+:?", c) for c in cells):
+                current.append(cells)
+        elif current:
+            found.append(current)
+            current = []
+    return found
+
+
+def outside_parentheses(cell: str) -> str:
+    depth, kept = 0, []
+    for ch in cell:
+        depth += ch == "("
+        if depth == 0:
+            kept.append(ch)
+        depth -= ch == ")" and depth > 0
+    return "".join(kept)
+
+
+def primary_verdicts(name: str) -> dict[tuple[str, str], str]:
+    """(seed, claim) -> verdict from the result's seeds.md (each claim's primary reading)."""
+    (table, *_) = [t for t in tables((RESULTS / name / "seeds.md").read_text().splitlines()) if t[0][0] == "seed"]
+    head = table[0]
+    return {(row[0], h): v for row in table[1:] for h, v in zip(head, row) if re.fullmatch(r"[AE]\d", h)}
+
+
+def reading_verdicts(name: str) -> dict[tuple[str, str, str], str]:
+    """(seed, claim, reading) -> verdict from the result's claims.json."""
+    return {(seed, c["id"], r["reading"]): v for c in json.loads((RESULTS / name / "claims.json").read_text())
+            for r in c["readings"] for seed, v in (r.get("seeds") or {}).items()}
+
+
+def verdict_tables():
+    for heading, lines in sections(PAGE.read_text()):
+        name = folder(heading)
+        for table in tables(lines):
+            columns = {i: h for i, h in enumerate(table[0]) if re.match(r"[AE]\d\b", h)}
+            if table[0][0] == "seed" and columns:
+                yield heading, name, table, columns
+
+
+def test_the_page_has_per_seed_verdict_tables_of_both_sections():
+    named = {name for _, name, _, _ in verdict_tables()}
+    assert {"sec8/gpt2", "sec8/tl-stack+lr-3e-4", "sec9/gpt2", "sec9/tl-stack", "sec9/lr-3e-4"} <= named, named
+
+
+@pytest.mark.parametrize("heading, name, table, columns", list(verdict_tables()),
+                         ids=lambda v: v if isinstance(v, str) and v.startswith(("sec", "#")) else "")
+def test_a_per_seed_table_gives_the_verdicts_the_claims_give(heading, name, table, columns):
+    assert name is not None, f"{heading}: a per-seed verdict table under a heading naming no one result"
+    primary, readings = primary_verdicts(name), reading_verdicts(name)
+    checked = 0
+    for row in table[1:]:
+        if not row[0].isdigit():
+            continue
+        for i, header in columns.items():
+            m = CLAIM_COLUMN.match(header)
+            assert m, f"{name}: column {header!r}: a claim, then the readings it shows in parentheses, as `claims --readings` names them"
+            claim, named = m.group(1), (m.group(2) or "").split("; ")
+            said = VERDICT.findall(outside_parentheses(row[i]))
+            assert len(said) == len(named), f"{name} seed {row[0]} {table[0][i]}: {row[i]!r}"
+            for k, (reading, verdict) in enumerate(zip(named, said)):
+                want = primary[(row[0], claim)] if k == 0 and not m.group(2) else readings.get((row[0], claim, reading))
+                if k == 0 and m.group(2):  # the first reading a header names is the primary one
+                    assert readings.get((row[0], claim, reading)) == primary[(row[0], claim)], (name, claim, reading)
+                assert verdict == want, f"{name} seed {row[0]} {claim} ({reading or 'primary'}): the page says {verdict}, the claims {want}"
+                checked += 1
+    assert checked, f"{heading}: no seed row"
+
+
+def screen_table(text: str) -> list[str]:
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| run | seeds | final val MSE | x1 below 0.8"))
+    end = next(i for i in range(start, len(lines)) if not lines[i].startswith("|"))
+    return lines[start:end]
+
+
+@pytest.fixture(scope="module")
+def screen():
+    return seeds.collect_seeds(sorted(p for p in (RESULTS / "sec9").iterdir() if p.is_dir()))
+
+
+def test_the_screen_table_is_what_seeds_prints(screen):
+    assert screen_table(PAGE.read_text()) == screen_table(seeds.markdown(screen))
+
+
+def test_a_recipe_sections_distance_is_its_median_distance(screen):
+    distance = {f"sec9/{r.label}": r.summary()["distance"]["value"] for r in screen}
+    checked = 0
+    for heading, lines in sections(PAGE.read_text()):
+        name = folder(heading)
+        if name not in distance:
+            continue
+        for said in re.findall(r"\bDistance (?:at least )?(\d+\.\d\d)\b", " ".join(lines)):
+            assert said == f"{distance[name]:.2f}", f"{heading}: Distance {said}, `seeds` {distance[name]:.2f}"
+            checked += 1
+    assert checked >= 5
