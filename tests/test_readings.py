@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from helpers import claims_train as train
-from helpers import found, timeline
+from helpers import PAIR_LINKS, found, timeline
 
 from stackedheads import claims
 from stackedheads.claims import DEPENDS, FAIL, INCONCLUSIVE, PASS, Claim, sec8, sec9
@@ -60,6 +60,31 @@ def test_a2_cannot_decide_on_a_circuit_whose_combined_ablation_fails():
     kept = found(unexplained=[(l, 0, "query") for l in (1, 2, 3)])
     a2 = by_id(sec8.circuit_claims({"train": train(), "circuits": {"0": kept}}))["A2"]
     assert readings_of(a2) == {"heads-with-paths": PASS, "unexplained-useful": FAIL}, a2.measured
+
+
+def test_a5_counts_the_heads_as_a2_does():
+    """Sec. 8.2 (ii): the circuit's heads against the causal minimum (3 here), counted by A2's
+    readings on the relabelled circuit."""
+    minimal = dict(paths=(*PAIR_LINKS, [5, 0, 0, 2], [7, 0, 0, 4]))  # three heads carry paths
+    a5 = by_id(sec8.circuit_claims({"train": train(), "circuits": {"0": found(**minimal)}}))["A5"]
+    assert readings_of(a5) == {"heads-with-paths": FAIL, "unexplained-useful": FAIL}, a5.measured
+    # A fourth head whose row no rule explains: the flow may pass through it.
+    kept = found(**minimal, unexplained=[(3, 0, "query")])
+    a5 = by_id(sec8.circuit_claims({"train": train(), "circuits": {"0": kept}}))["A5"]
+    assert readings_of(a5) == {"heads-with-paths": INCONCLUSIVE, "unexplained-useful": PASS}, a5.measured
+    assert a5.robust_verdict == DEPENDS and "the flow may pass through them" in a5.readings[0].measured
+    # A head whose only path the label rule drops no longer counts under the primary reading.
+    f = found()
+    f["diagnosis"] = [{"layer": 9, "head": 0, "role": "query", "rule": "s+6", "rule_covered": 0.1, "best": "p6",
+                       "kind": "positional", "covered": 0.99}]
+    a5 = by_id(sec8.circuit_claims({"train": train(), "circuits": {"0": f}}))["A5"]
+    assert readings_of(a5)["heads-with-paths"] == INCONCLUSIVE and "L9.0 query's s+6 covers 10%" in a5.measured
+    assert readings_of(found_a5 := by_id(sec8.circuit_claims({"train": train(), "circuits": {"0": found()}}))["A5"]) == {
+        "heads-with-paths": PASS, "unexplained-useful": PASS}, found_a5.measured
+    # A partial circuit cannot say how few heads would do.
+    partial = found(**minimal, combined=(0.2, 0.3, 0.4))
+    a5 = by_id(sec8.circuit_claims({"train": train(), "circuits": {"0": partial}}))["A5"]
+    assert set(readings_of(a5).values()) == {INCONCLUSIVE} and "the circuit is partial" in a5.measured
 
 
 def test_a_row_whose_rule_catches_under_half_its_attention_is_unexplained():

@@ -62,7 +62,7 @@ def heads_text(found: dict) -> str:
     summaries, written before shortcuts had rules, give only heads with paths."""
     kept = sorted({(l, h) for l, h, _ in found["unexplained_heads"]})
     if "retrieval_heads" not in found:
-        return f"{len(found['heads_with_paths'])} with paths, {len(kept)} with unexplained rows, counted useful"
+        return f"{len(found['heads_with_paths'])} with paths, {len(kept)} with unexplained rows"
     shortcut = found["shortcut_heads"]
     named = ", ".join(filter(None, [shortcut_text(found)[11:], ", ".join(
         mapped_text(found, *row) for row in found.get("mapped_rows", []))]))
@@ -73,7 +73,7 @@ def heads_text(found: dict) -> str:
             + (" (" + ", ".join(f"L{d['layer']}.{d['head']} {d['role']}'s {d['rule']} covers only "
                                 f"{d['rule_covered']:.0%} of its attention" for d in weak) + ")" if weak else "")
             + f", {len(shortcut)} shortcut heads" + (f" ({named})" if shortcut else "")
-            + f", {len(kept)} with unexplained rows, counted useful")
+            + f", {len(kept)} with unexplained rows")
 
 
 def mapped_text(found: dict, layer: int, head: int, role: str, rule: str) -> str:

@@ -58,6 +58,10 @@ READINGS: dict[str, Readings] = {r.claim: r for r in (
         Reading("heads-with-paths", "useful heads are those with useful paths or rows following a map; a failing combined ablation cannot decide"),
         Reading("unexplained-useful", "rows no rule explains count as useful too; a failing combined ablation cannot decide"),
     )),
+    Readings("A5", "Sec. 8.2: 'none of the transformers use the minimum number of attention heads required to solve the retrieval problem'", (
+        Reading("heads-with-paths", "the circuit's heads are those with useful paths or rows following a map, as A2 counts them; more than the causal minimum passes"),
+        Reading("unexplained-useful", "heads with rows no rule explains count too"),
+    )),
     Readings("A3", "App. E: 'After performing the combined ablations (step 5), I find that the mean squared error increases slightly, but remains below 0.05'", (
         Reading("combined-loss", "the combined ablation's validation loss over every position below the budget (App. E: 0.05)"),
         Reading("per-position", "every chain position's partial loss of the combined ablation within its budget"),
