@@ -308,6 +308,19 @@ def test_rows_that_attend_by_position_alone_are_useful_shortcuts():
     assert "5 useful heads" in got["A5"].measured and "1 shortcut heads (L0.0 second (attends by position alone))" in got["A2"].measured
 
 
+def test_a_first_head_attending_by_position_is_judged_even_with_unexplained_rows_above_it():
+    """A4's first useful head is the lowest with paths or rows following a map: an unexplained row
+    above a position-map head (results/sec8/tl-stack+lr-3e-4 seed 0: L0.0 mapped, L3.0 unexplained,
+    paths from L5.0) is not below it and leaves A4 decided."""
+    from stackedheads.claims import FAIL, INCONCLUSIVE
+
+    got = _sec8(_summary(RETRIEVE, mapped_rows=[(0, 0, "second", "position-map")], unexplained=[(3, 0, "query")]))
+    assert got["A4"].verdict == FAIL and "heads below it" not in got["A4"].measured, got["A4"].measured
+    # An unexplained row below the lowest useful head still leaves it undecided.
+    got = _sec8(_summary(RETRIEVE, mapped_rows=[(4, 0, "second", "position-map")], unexplained=[(3, 0, "query")]))
+    assert got["A4"].verdict == INCONCLUSIVE and "heads below it have rows no rule explains" in got["A4"].measured
+
+
 def test_an_unexplained_row_is_named_by_its_diagnosis():
     from stackedheads.claims import INCONCLUSIVE
 

@@ -127,10 +127,9 @@ def first_head_pairs(found: dict, depth: int) -> tuple[bool | None, str]:
     not recorded: a discovery before A4 read the maps). The text says which of these links its kept paths carry,
     what the head reads when it is not the links, and which head links every pair instead."""
     mapped = found.get("mapped_rows", [])
-    heads = (found.get("heads_with_paths") or []) + [[l, h] for l, h, *_ in mapped]
-    if not heads:
+    low = first_useful(found)  # rows by position alone are useful
+    if low is None:
         return None, "no head carries a useful path"
-    low = min(tuple(h) for h in heads)  # the first useful head (rows by position alone are useful)
     carried = {(src, dst) for l, h, src, dst in found["paths"] if (l, h) == low}
     linked = [k for k in range(1, depth + 1) if (2 * k, 2 * k - 1) in carried]
     kept = f"its kept paths link {len(linked)} of {depth} pairs"
@@ -156,15 +155,18 @@ def first_head_pairs(found: dict, depth: int) -> tuple[bool | None, str]:
     return formed == depth, text
 
 
+def first_useful(found: dict) -> tuple[int, int] | None:
+    """A4's first useful head: the lowest head with useful paths or rows following a map."""
+    heads = (found.get("heads_with_paths") or []) + [[l, h] for l, h, *_ in found.get("mapped_rows", [])]
+    return min(tuple(h) for h in heads) if heads else None
+
+
 def kept_below(found: dict) -> list[tuple[int, int]]:
-    """Heads with rows no rule explains below the lowest head with useful paths: they count as
-    useful (A2), so the first useful head is one whose job is unknown."""
-    heads = found.get("heads_with_paths") or []
+    """Heads with rows no rule explains below the first useful head (:func:`first_useful`):
+    they may be useful, so the first useful head may be one whose job is unknown."""
     kept = sorted({(l, h) for l, h, _ in found.get("unexplained_heads", [])})
-    if not heads:
-        return kept
-    low = min(tuple(h) for h in heads)
-    return [k for k in kept if k < low]
+    low = first_useful(found)
+    return kept if low is None else [k for k in kept if k < low]
 
 
 def per_seed(seeds, each) -> tuple[str, str]:
@@ -240,10 +242,9 @@ def validation_readings(found: dict) -> dict:
 def first_head_paths(found: dict, depth: int) -> tuple[bool | None, str]:
     """A4's paths reading: whether the first useful head's useful paths link every pair's
     second token to its first (``s_2k -> s_2k-1``)."""
-    heads = (found.get("heads_with_paths") or []) + [[l, h] for l, h, *_ in found.get("mapped_rows", [])]
-    if not heads:
+    low = first_useful(found)
+    if low is None:
         return None, "no head carries a useful path"
-    low = min(tuple(h) for h in heads)
     carried = {(src, dst) for l, h, src, dst in found["paths"] if (l, h) == low}
     linked = [k for k in range(1, depth + 1) if (2 * k, 2 * k - 1) in carried]
     return len(linked) == depth, f"L{low[0]}.{low[1]}'s useful paths link {len(linked)} of {depth} pairs (s_2k -> s_2k-1)"
