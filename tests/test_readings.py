@@ -161,6 +161,19 @@ def _e3(tmp_path, t):
     return readings_of(_claims(tmp_path, t)["E3"])
 
 
+def test_e2_first_head_asks_the_whole_head_first_path_the_first_crossing(tmp_path):
+    """The demo's bfloat16 D twin: the first head's path retrieving x1 crosses first, and the same
+    head later carries x2's new path. By the first path it is x1's induction head; by its head it
+    is not x1's alone (INCONCLUSIVE, saying so)."""
+    head_x1, head_x2 = "L3.0 s0->s2", "L3.0 s2->s4"
+    t = timeline({head_x1: 800, head_x2: 1200, "L5.0 s0->s6": 1600}, {head_x1: [1], head_x2: [2], "L5.0 s0->s6": [3]},
+                 depth=3, drops=(100, 200, 300))
+    e2 = _claims(tmp_path, t)["E2"]
+    assert readings_of(e2) == {"first-head": INCONCLUSIVE, "first-path": PASS}, e2.measured
+    assert "the first head also carries a path new for a later position" in e2.readings[0].measured
+    assert "a tie at one checkpoint" not in e2.readings[0].measured
+
+
 # --- the command line ------------------------------------------------------------------------------
 
 

@@ -122,7 +122,9 @@ def emergence_claims(stage: dict | None, timeline_dir: Path | None,
             if all(v == [1] for v in new.values()):
                 return PASS, text
             if any(v == [1] for v in new.values()):
-                return INCONCLUSIVE, text + " (a tie at one checkpoint with a path new for a later position)"
+                return INCONCLUSIVE, text + (
+                    " (the first head also carries a path new for a later position: it is not x1's alone)"
+                    if reading == "first-head" else " (a tie at one checkpoint with a path new for a later position)")
             return FAIL, text
 
         return timed(judge)
