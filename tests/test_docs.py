@@ -370,3 +370,10 @@ def test_the_results_folders_the_readme_names_exist():
         if not [p for p in ROOT.glob(name) if p.is_dir()]:
             problems.append(name)
     assert not problems, f"README.md names results folders that do not exist: {problems}"
+
+
+def test_every_test_file_is_in_the_developers_table():
+    """docs/development.md's "Tests by feature" has one line per test file as they are now."""
+    table = (ROOT / "docs" / "development.md").read_text()
+    missing = sorted(p.name for p in (ROOT / "tests").glob("test_*.py") if f"`{p.name}`" not in table)
+    assert not missing, f"docs/development.md's 'Tests by feature' lacks {missing}"

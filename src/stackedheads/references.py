@@ -1,7 +1,7 @@
 """Reference results: the small files of a finished run, kept in the repository's ``results/``.
 
 A reference folder ``results/<name>/`` holds what a reader needs to check a run without
-re-running it (DEVELOPERS.md: configs, metrics, summaries, circuits, figures, the command, the
+re-running it (configs, metrics, summaries, circuits, figures, the command, the
 commit, the machine and the wall time; never checkpoints or model files) and a
 ``reference.json`` that says how it was made. :func:`publish` writes one from a run folder;
 :func:`load_all` reads them back for the report, re-judging each folder's claims from its files.
