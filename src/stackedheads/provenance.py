@@ -1,8 +1,8 @@
 """Where a result was computed: the machine, the code's commit and the software.
 
 The same seed gives the same bytes only on the same commit, machine, thread count and dtype,
-and a paper-size training outlives a session: it is resumed from checkpoints,
-sometimes on another machine or at a later commit. So a training run appends one line per
+and a paper-size training outlives a session: it is resumed from checkpoints, sometimes on
+another machine or at a later commit. So a training run appends one line per
 start or resume to its ``segments.jsonl`` (:func:`record_segment`), and steps ``[from_step,
 next from_step)`` ran where that line says; :func:`~stackedheads.references.publish` records
 the publishing machine the same way.

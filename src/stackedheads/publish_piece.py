@@ -10,8 +10,9 @@ piece again writes the same reference: the command, the wall time (the pieces' t
 and the timeline summary are recomputed from the staged pieces, never added to, and a piece holding
 the same seeds is replaced. A further piece's notes get one sentence of what it measured
 ("Seed S: ...") beside ``note``, and a clause of the notes saying its seeds are "to come" goes;
-the reference keeps the first piece's commit, and a piece from another commit names its own. Pieces that are not one result are refused as ``claims`` refuses
-them (:func:`stackedheads.pieces.read_result`).
+the reference keeps the first piece's commit, and a piece from another commit names its own.
+Pieces that are not one result are refused as ``claims`` refuses them
+(:func:`stackedheads.pieces.read_result`).
 """
 
 from __future__ import annotations

@@ -123,7 +123,8 @@ def circuit_claims(stage: dict | None) -> list[Claim]:
                 return PASS, text
             if validation_readings(found[s])["combined-loss"][0] != PASS:
                 return INCONCLUSIVE, text + "; the circuit is partial (its combined ablation is not below the budget)"
-            uncounted = {(l, h) for l, h, _ in f["unexplained_heads"]} - {tuple(h) for h in f["heads_with_paths"]}
+            counted_heads = {tuple(h) for h in f["heads_with_paths"]} | {(l, h) for l, h, *_ in f.get("mapped_rows", [])}
+            uncounted = {(l, h) for l, h, _ in f["unexplained_heads"]} - counted_heads
             if counted == "heads-with-paths" and uncounted:
                 return INCONCLUSIVE, text + (f"; {len(uncounted)} more heads have rows no rule explains: "
                                              "the flow may pass through them")
