@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from stackedheads import seeds
+from stackedheads.claims.readings import READINGS
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "results.md"
@@ -76,12 +77,17 @@ def reading_verdicts(name: str) -> dict[tuple[str, str, str], str]:
             for r in c["readings"] for seed, v in (r.get("seeds") or {}).items()}
 
 
+def claim_verdicts(name: str) -> dict[str, str]:
+    """claim -> the verdict over the result's seeds (its primary reading), from claims.json."""
+    return {c["id"]: c["verdict"] for c in json.loads((RESULTS / name / "claims.json").read_text())}
+
+
 def verdict_tables():
     for heading, lines in sections(PAGE.read_text()):
         name = folder(heading)
         for table in tables(lines):
-            columns = {i: h for i, h in enumerate(table[0]) if re.match(r"[AE]\d\b", h)}
-            if table[0][0] == "seed" and columns:
+            columns = {i: h for i, h in enumerate(table[0]) if re.match(r"[AE]\d(?: \(|$)", h)}
+            if columns:
                 yield heading, name, table, columns
 
 
@@ -90,26 +96,46 @@ def test_the_page_has_per_seed_verdict_tables_of_both_sections():
     assert {"sec8/gpt2", "sec8/tl-stack+lr-3e-4", "sec9/gpt2", "sec9/tl-stack", "sec9/lr-3e-4"} <= named, named
 
 
+def row_source(name: str, first: str) -> tuple[str, str | None]:
+    """Which result and seed a row's first cell names: "2" (the section's result, seed 2),
+    "over the three seeds" (the section's result, all its seeds: None), "`tl-stack`, seed 0"
+    (that recipe of the same section, seed 0)."""
+    if first.isdigit():
+        return name, first
+    if first.startswith("over the"):
+        return name, None
+    other = re.fullmatch(r"`([\w.+-]+)`, seed (\d+)", first)
+    assert other, f"{name}: a verdict row {first!r} names no seed, no 'over the ... seeds' and no `recipe`, seed S"
+    return f"{name.split('/')[0]}/{other.group(1)}", other.group(2)
+
+
 @pytest.mark.parametrize("heading, name, table, columns", list(verdict_tables()),
                          ids=lambda v: v if isinstance(v, str) and v.startswith(("sec", "#")) else "")
 def test_a_per_seed_table_gives_the_verdicts_the_claims_give(heading, name, table, columns):
-    assert name is not None, f"{heading}: a per-seed verdict table under a heading naming no one result"
-    primary, readings = primary_verdicts(name), reading_verdicts(name)
+    """Verdict words outside parentheses are checked; words inside them are the cell's evidence."""
+    assert name is not None, f"{heading}: a verdict table under a heading naming no one result"
+    assert table[0][0] == "seed", f"{heading}: a verdict table's first column is the seed"
     checked = 0
     for row in table[1:]:
-        if not row[0].isdigit():
-            continue
+        if not VERDICT.search(" ".join(outside_parentheses(c) for c in row[1:])):
+            continue  # the paper's row
+        source, seed = row_source(name, row[0])
+        primary, readings, combined = primary_verdicts(source), reading_verdicts(source), claim_verdicts(source)
         for i, header in columns.items():
             m = CLAIM_COLUMN.match(header)
             assert m, f"{name}: column {header!r}: a claim, then the readings it shows in parentheses, as `claims --readings` names them"
             claim, named = m.group(1), (m.group(2) or "").split("; ")
+            if m.group(2):
+                assert named[0] == READINGS[claim].primary, f"{name}: {header!r} names {named[0]} first, not the primary {READINGS[claim].primary}"
             said = VERDICT.findall(outside_parentheses(row[i]))
-            assert len(said) == len(named), f"{name} seed {row[0]} {table[0][i]}: {row[i]!r}"
+            if seed is None:  # the result over its seeds: the primary reading's verdict
+                assert said[:1] == [combined[claim]], f"{name} over its seeds {claim}: the page says {said}, the claims {combined[claim]}"
+                checked += 1
+                continue
+            assert len(said) == len(named), f"{source} seed {seed} {table[0][i]}: {row[i]!r}"
             for k, (reading, verdict) in enumerate(zip(named, said)):
-                want = primary[(row[0], claim)] if k == 0 and not m.group(2) else readings.get((row[0], claim, reading))
-                if k == 0 and m.group(2):  # the first reading a header names is the primary one
-                    assert readings.get((row[0], claim, reading)) == primary[(row[0], claim)], (name, claim, reading)
-                assert verdict == want, f"{name} seed {row[0]} {claim} ({reading or 'primary'}): the page says {verdict}, the claims {want}"
+                want = primary[(seed, claim)] if k == 0 else readings.get((seed, claim, reading))
+                assert verdict == want, f"{source} seed {seed} {claim} ({reading or 'primary'}): the page says {verdict}, the claims {want}"
                 checked += 1
     assert checked, f"{heading}: no seed row"
 

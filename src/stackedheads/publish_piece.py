@@ -157,24 +157,29 @@ def piece_note(run: Path, seeds: list[int], commit: str, first_commit: str, note
             f"final val MSE {finals}; {analysed(folder, seeds, stage)}.")
 
 
-_TO_COME = re.compile(r"(?:[;,] |(?<=\. )|^)[Ss]eeds? (\d[\d, and-]*?) (?:are |is )?to come\b[^.;]*(?:\.\s*)?")
+# A clause saying seeds are to come: after "; " or ", ", or opening a sentence, up to the next
+# ";" or sentence end (a dot inside a number or an abbreviation does not end it).
+_TO_COME = re.compile(r"(?P<lead>[;,] |(?<=\. )|^)[Ss]eeds? (?P<seeds>\d[\d, and-]*?) (?:are |is )?to come\b"
+                      r"(?:[^.;]|\.(?!\s|$))*(?P<end>\.\s*|;\s*|$)")
 
 
 def without_seeds_to_come(notes: str, published: set[int]) -> str:
     """``notes`` less each clause saying seeds are "to come" once every seed it names is
-    published; a clause naming a seed still missing stays."""
+    published; a clause naming a seed still missing, or none, stays."""
     def named(m: re.Match) -> set[int]:
         out: set[int] = set()
-        for a, b in re.findall(r"(\d+)(?:-(\d+))?", m.group(1)):
-            out.update(range(int(a), int(b or a) + 1))
+        for a, b in re.findall(r"(\d+)(?:-(\d+))?", m.group("seeds")):
+            lo, hi = sorted((int(a), int(b or a)))
+            out.update(range(lo, hi + 1))
         return out
 
     def drop(m: re.Match) -> str:
-        if not named(m) <= published:
+        seeds = named(m)
+        if not seeds or not seeds <= published:
             return m.group(0)
-        clause = m.group(0)
-        ends = clause.rstrip().endswith(".")
-        return "." + clause[len(clause.rstrip()):] if clause[0] in ";," and ends else ""
+        # After "; " or ", " the sentence goes on, or ends, without the clause; a clause opening a
+        # sentence goes with what ends it.
+        return m.group("end") if m.group("lead") else ""
 
     return _TO_COME.sub(drop, notes).strip()
 

@@ -162,11 +162,12 @@ def first_useful(found: dict) -> tuple[int, int] | None:
 
 
 def kept_below(found: dict) -> list[tuple[int, int]]:
-    """Heads with rows no rule explains below the first useful head (:func:`first_useful`):
-    they may be useful, so the first useful head may be one whose job is unknown."""
+    """Heads with rows no rule explains in layers below the first useful head's
+    (:func:`first_useful`): they may be useful, so the first useful head may be one whose job is
+    unknown."""
     kept = sorted({(l, h) for l, h, _ in found.get("unexplained_heads", [])})
     low = first_useful(found)
-    return kept if low is None else [k for k in kept if k < low]
+    return kept if low is None else [k for k in kept if k[0] < low[0]]
 
 
 def per_seed(seeds, each) -> tuple[str, str]:

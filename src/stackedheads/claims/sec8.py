@@ -119,15 +119,17 @@ def circuit_claims(stage: dict | None) -> list[Claim]:
             minimum = f["theory_min_heads"]
             text = (f"{useful} useful heads ({what}: {heads_text(f)}){relabel_text(f)}, causal minimum {minimum} "
                     "(paper: 4 where 3 suffice)")
-            if useful > minimum:
+            if useful > minimum:  # the heads found useful are a lower bound, partial circuit or not
                 return PASS, text
             if validation_readings(found[s])["combined-loss"][0] != PASS:
                 return INCONCLUSIVE, text + "; the circuit is partial (its combined ablation is not below the budget)"
             counted_heads = {tuple(h) for h in f["heads_with_paths"]} | {(l, h) for l, h, *_ in f.get("mapped_rows", [])}
             uncounted = {(l, h) for l, h, _ in f["unexplained_heads"]} - counted_heads
-            if counted == "heads-with-paths" and uncounted:
+            if counted == "heads-with-paths" and useful + len(uncounted) > minimum:
                 return INCONCLUSIVE, text + (f"; {len(uncounted)} more heads have rows no rule explains: "
                                              "the flow may pass through them")
+            if useful < minimum:  # Theorem 1: fewer cannot solve the task, so the circuit misses heads
+                return INCONCLUSIVE, text + "; fewer than the theory's minimum: the circuit misses heads"
             return FAIL, text
 
         return run

@@ -122,9 +122,11 @@ def emergence_claims(stage: dict | None, timeline_dir: Path | None,
             if all(v == [1] for v in new.values()):
                 return PASS, text
             if any(v == [1] for v in new.values()):
+                head_of = {k: CircuitPath.parse(k)[:2] for k in new}
+                mixed = any(new[a] == [1] and new[b] != [1] and head_of[a] == head_of[b] for a in new for b in new)
                 return INCONCLUSIVE, text + (
-                    " (the first head also carries a path new for a later position: it is not x1's alone)"
-                    if reading == "first-head" else " (a tie at one checkpoint with a path new for a later position)")
+                    " (the first head also carries a path new for a later position: it is not x1's alone)" if mixed
+                    else " (a tie at one checkpoint with a path new for a later position)")
             return FAIL, text
 
         return timed(judge)
