@@ -192,7 +192,7 @@ def test_publish_piece_publishes_pieces_and_recomputes_what_they_share(pieces, t
     ("Seed 0 alone. Seeds 1-3 to come as further pieces. Float32.", {0, 1, 3}, "Seed 0 alone. Seeds 1-3 to come as further pieces. Float32."),
     ("Bf16; seed 3 is to come; nice 5.", {3}, "Bf16; nice 5."),
     ("No seed to come here.", {0}, "No seed to come here."),
-    ("Seed 0 alone. Seeds 1-3 to come; float32.", {0, 1, 2, 3}, "Seed 0 alone. float32."),
+    ("Seed 0 alone. Seeds 1-3 to come; float32.", {0, 1, 2, 3}, "Seed 0 alone. Float32."),
     ("Bf16; seeds 1-2 to come at 0.5 warm-up. Next.", {0, 1, 2}, "Bf16. Next."),
     ("A; seed 1 to come; other.", {1}, "A; other."),
     ("Bf16; seeds 3-1 to come. Next.", {1, 2, 3}, "Bf16. Next."),

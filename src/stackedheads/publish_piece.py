@@ -160,7 +160,7 @@ def piece_note(run: Path, seeds: list[int], commit: str, first_commit: str, note
 # A clause saying seeds are to come: after "; " or ", ", or opening a sentence, up to the next
 # ";" or sentence end (a dot inside a number or an abbreviation does not end it).
 _TO_COME = re.compile(r"(?P<lead>[;,] |(?<=\. )|^)[Ss]eeds? (?P<seeds>\d[\d, and-]*?) (?:are |is )?to come\b"
-                      r"(?:[^.;]|\.(?!\s|$))*(?P<end>\.\s*|;\s*|$)")
+                      r"(?:[^.;]|\.(?!\s|$))*(?P<end>\.\s*|;\s*|$)(?P<next>[a-z]?)")
 
 
 def without_seeds_to_come(notes: str, published: set[int]) -> str:
@@ -178,8 +178,11 @@ def without_seeds_to_come(notes: str, published: set[int]) -> str:
         if not seeds or not seeds <= published:
             return m.group(0)
         # After "; " or ", " the sentence goes on, or ends, without the clause; a clause opening a
-        # sentence goes with what ends it.
-        return m.group("end") if m.group("lead") else ""
+        # sentence goes with what ends it, and the clause after it opens the sentence.
+        after = m.group("next")
+        if m.group("lead"):
+            return m.group("end") + after
+        return after.upper() if m.group("end").startswith(";") else after
 
     return _TO_COME.sub(drop, notes).strip()
 
