@@ -155,10 +155,15 @@ def first_head_pairs(found: dict, depth: int) -> tuple[bool | None, str]:
     return formed == depth, text
 
 
+def path_heads(found: dict) -> set[tuple[int, int]]:
+    """The heads with useful paths or rows following a map (App. E's heads "responsible for the
+    information flow")."""
+    return {tuple(h) for h in found.get("heads_with_paths") or []} | {(l, h) for l, h, *_ in found.get("mapped_rows", [])}
+
+
 def first_useful(found: dict) -> tuple[int, int] | None:
-    """A4's first useful head: the lowest head with useful paths or rows following a map."""
-    heads = (found.get("heads_with_paths") or []) + [[l, h] for l, h, *_ in found.get("mapped_rows", [])]
-    return min(tuple(h) for h in heads) if heads else None
+    """A4's first useful head: the lowest of :func:`path_heads`."""
+    return min(path_heads(found), default=None)
 
 
 def kept_below(found: dict) -> list[tuple[int, int]]:

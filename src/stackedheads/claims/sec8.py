@@ -20,6 +20,7 @@ from stackedheads.claims.circuits import (
     heads_text,
     kept_below,
     no_summary,
+    path_heads,
     per_seed,
     relabel_text,
     row_text,
@@ -73,8 +74,7 @@ def circuit_claims(stage: dict | None) -> list[Claim]:
     def useful_heads(f: dict, counted: str) -> tuple[int, str]:
         """How many heads the (relabelled) circuit counts useful under A2's and A5's reading ``counted``."""
         if counted == "heads-with-paths":
-            heads = {tuple(h) for h in f["heads_with_paths"]} | {(l, h) for l, h, *_ in f.get("mapped_rows", [])}
-            return len(heads), "heads with useful paths or rows following a map"
+            return len(path_heads(f)), "heads with useful paths or rows following a map"
         what = "heads with paths, mapped rows or unexplained rows"
         return (len({tuple(h) for h in f["useful_heads"]}) if "useful_heads" in f else f["n_useful_heads"]), what
 
@@ -123,8 +123,7 @@ def circuit_claims(stage: dict | None) -> list[Claim]:
                 return PASS, text
             if validation_readings(found[s])["combined-loss"][0] != PASS:
                 return INCONCLUSIVE, text + "; the circuit is partial (its combined ablation is not below the budget)"
-            counted_heads = {tuple(h) for h in f["heads_with_paths"]} | {(l, h) for l, h, *_ in f.get("mapped_rows", [])}
-            uncounted = {(l, h) for l, h, _ in f["unexplained_heads"]} - counted_heads
+            uncounted = {(l, h) for l, h, _ in f["unexplained_heads"]} - path_heads(f)
             if counted == "heads-with-paths" and useful + len(uncounted) > minimum:
                 return INCONCLUSIVE, text + (f"; {len(uncounted)} more heads have rows no rule explains: "
                                              "the flow may pass through them")
