@@ -1,12 +1,12 @@
-"""Which seeds of the demo's twins give the same Sec. 8-9 verdicts in float32 and bfloat16, on 1
-and 2 threads (issue 42).
+"""Each seed of the demo's twins alone: its Sec. 8-9 verdicts in float32 and bfloat16, on 1 and
+2 threads.
 
-The demo trains one A-C twin (`sec8-quick`, seed 3 since issue 42; seed 1 before) and one D twin
-(`sec9-quick`, seed 2) and judges A1-A5 and E1-E4 on them. In float32 the A-C twin's seed 1 ended
-with 3 useful heads, the causal minimum (A5 FAIL), in bfloat16 with 4 (A5 PASS): a verdict the
-rounding decides. This runs the demo's own stage (`reproduce.stage_circuits` or `stage_emergence`) for
-one seed at a time in each cell and tabulates every seed's verdicts per cell, so the demo can
-take a seed whose verdicts hold in all four.
+The demo judges A1-A5 and E1-E4 over seeds 0-3 of each twin, trained together (no seed is chosen
+by its outcome). This study runs the demo's own stage (`reproduce.stage_circuits` or
+`stage_emergence`) for one seed at a time in each cell and tabulates every seed's verdicts per
+cell, to show which of a seed's verdicts the rounding decides (a seed whose useful heads are the
+causal minimum in one dtype and one more in the other flips A5). It is a study: the demo takes
+no input from it.
 
     python3 studies/twin_seeds.py --out RUNS [--twin circuits|emergence] [--demo quick]
         [--seeds 0,1,2,3] [--cells float32-t1,float32-t2,bfloat16-t1,bfloat16-t2] [--parallel]

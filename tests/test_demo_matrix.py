@@ -1,5 +1,5 @@
-"""tools/maintenance/demo_matrix.py: the table of the demo's Sec. 7-9 verdicts over dtype and threads
-(issue 42). The four demos are long; their table is built from claims lists here."""
+"""tools/maintenance/demo_matrix.py: the table of the demo's Sec. 7-9 verdicts over dtype and threads.
+The four demos are long; their table is built from claims lists here."""
 
 import importlib.util
 import json
@@ -30,21 +30,49 @@ def test_rows_keep_sec7_to_9_in_order_and_mark_a_flip():
 def test_a_claim_missing_from_a_cell_does_not_agree():
     a = [claim("8 Circuits of transformers A-C", "A1", "PASS")]
     rows = demo_matrix.verdict_rows({"x": a, "y": []})
-    assert rows == [{"id": "A1", "section": "8 Circuits of transformers A-C", "cells": {"x": "PASS", "y": "-"}, "agree": False}]
+    assert rows == [{"id": "A1", "section": "8 Circuits of transformers A-C", "cells": {"x": "PASS", "y": "-"},
+                     "seeds": {"x": "", "y": ""}, "agree": False}]
 
 
-def test_markdown_marks_flips_and_resumed_runs():
+def seeded(section, cid, verdict, seeds):
+    return {**claim(section, cid, verdict), "readings": [
+        {"reading": "other", "primary": False, "verdict": "FAIL", "seeds": {"0": "FAIL"}},
+        {"reading": "main", "primary": True, "verdict": verdict, "seeds": dict(enumerate(seeds))}]}
+
+
+def test_markdown_marks_flips_resumed_runs_and_every_cells_machine():
     a = [claim("8 Circuits of transformers A-C", "A3", "PASS"), claim("8 Circuits of transformers A-C", "A4", "FAIL")]
     b = [claim("8 Circuits of transformers A-C", "A3", "PASS"), claim("8 Circuits of transformers A-C", "A4", "PASS")]
-    text = demo_matrix.markdown(demo_matrix.verdict_rows({"x": a, "y": b}), {"x": 90.0, "y": None})
+    text = demo_matrix.markdown(demo_matrix.verdict_rows({"x": a, "y": b}), {"x": 90.0, "y": None}, {"x": "A", "y": "A"})
     lines = text.splitlines()
-    assert lines[0] == "| claim | x | y | same verdict |"
-    assert lines[2] == "| A3 | PASS | PASS | yes |"
-    assert lines[3] == "| A4 | FAIL | PASS | **no** |"
-    assert lines[4] == "| wall time of the run | 1.5 min | resumed | |"
-    assert len(lines) == 5  # one machine: no row for it
-    two = demo_matrix.markdown(demo_matrix.verdict_rows({"x": a, "y": b}), {"x": 90.0, "y": None}, {"x": "A", "y": "B"})
-    assert two.splitlines()[5] == "| machine | A | B | |"
+    assert lines[0] == "| claim | x | y | same verdict | seeds, where the cells count alike |"
+    assert lines[2] == "| A3 | PASS | PASS | yes |  |"
+    assert lines[3] == "| A4 | FAIL | PASS | **no** |  |"
+    assert lines[4] == "| wall time of the run | 1.5 min | resumed | | |"
+    assert lines[5] == "| machine | A | A | | |"  # named even where the cells share one
+
+
+def test_per_seed_counts_come_from_the_primary_reading_and_show_per_cell_where_they_differ():
+    e = "9 Emergence in transformer D"
+    x = [seeded(e, "E1", "PASS", ["PASS"] * 4), seeded(e, "E3", "FAIL", ["PASS", "FAIL", "PASS", "INCONCLUSIVE"])]
+    y = [seeded(e, "E1", "PASS", ["PASS"] * 4), seeded(e, "E3", "FAIL", ["FAIL", "FAIL", "PASS", "PASS"])]
+    assert demo_matrix.seed_counts(x[1]) == "2 PASS, 1 FAIL, 1 INCONCLUSIVE of 4"
+    assert demo_matrix.seed_counts(claim(e, "E9", "PASS")) == ""  # judged on no seeds
+    lines = demo_matrix.markdown(demo_matrix.verdict_rows({"x": x, "y": y}), {"x": 60.0, "y": 60.0},
+                                 {"x": "A", "y": "B"}).splitlines()
+    assert lines[2] == "| E1 | PASS | PASS | yes | 4 PASS of 4 |"
+    assert lines[3] == "| E3 | FAIL (2 PASS, 1 FAIL, 1 INCONCLUSIVE of 4) | FAIL (2 PASS, 2 FAIL of 4) | yes |  |"
+
+
+def test_the_reproduce_page_shows_the_stored_matrix():
+    """docs/reproduce.md's table of the demo's verdicts is the stored matrix's, row for row."""
+    root = Path(__file__).parents[1]
+    stored = json.loads((root / "docs" / "notes" / "demo-matrix" / "verdicts.json").read_text())
+    table = demo_matrix.markdown(stored["rows"], stored["wall_s"], stored["machines"])
+    assert table in (root / "docs" / "reproduce.md").read_text()
+    assert table in (root / "docs" / "notes" / "demo-matrix" / "verdicts.md").read_text()
+    for cell, machine in stored["machines"].items():  # each cell names its CPU's flags
+        assert "flags:" in machine, cell
 
 
 def test_a_failing_cell_stops_with_one_line_and_keeps_nothing_half_written(tmp_path, monkeypatch, capfd):
@@ -87,9 +115,9 @@ def test_records_of_earlier_runs_fill_the_table_in_order_and_another_preset_is_r
     monkeypatch.setattr("sys.argv", ["demo_matrix.py", str(tmp_path)])
     assert demo_matrix.main() == 1
     lines = (tmp_path / "verdicts.md").read_text().splitlines()
-    assert lines[2] == "| claim | float32-t1 | float32-t2 | bfloat16-t1 | bfloat16-t2 | same verdict |"
-    assert lines[4] == "| E3 | PASS | PASS | FAIL | PASS | **no** |"
-    assert lines[-1] == "| machine | M | M | M | N | |"
+    assert lines[2] == "| claim | float32-t1 | float32-t2 | bfloat16-t1 | bfloat16-t2 | same verdict | seeds, where the cells count alike |"
+    assert lines[4] == "| E3 | PASS | PASS | FAIL | PASS | **no** |  |"
+    assert lines[-1] == "| machine | M | M | M | N | | |"
     assert not any(p.is_dir() for p in tmp_path.iterdir())  # no cell was run
     capfd.readouterr()
     # main refuses a mixed folder before it runs anything

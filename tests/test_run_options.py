@@ -43,3 +43,29 @@ def test_a_ray_address_that_is_no_address_is_one_line(tmp_path, cli):
     assert "--ray-address 'not an address' is not host:port" in err
     assert not (tmp_path / "s").exists()
 
+
+
+@pytest.mark.parametrize("seeds", ["1", "0", "-3"])
+def test_reproduce_refuses_fewer_than_two_seeds_in_one_line(tmp_path, cli, seeds):
+    code, _, err = cli("reproduce", "--preset", "smoke", "--skip", "llm", "--out", tmp_path / "r", "--seeds", seeds)
+    assert code == 2 and err.count("\n") == 1 and "--seeds" in err and ">= 2" in err and "Traceback" not in err
+    assert not (tmp_path / "r").exists()  # refused before anything is written
+
+
+def test_a_preset_with_one_seed_for_a_judged_stage_is_refused_unless_the_stage_is_skipped():
+    from dataclasses import replace
+
+    from stackedheads import presets
+    from stackedheads.reproduce import check_twin_seeds, with_seeds
+
+    smoke = presets.reproduce("smoke")
+    for field in ("circuits_seeds", "emergence_seeds"):
+        for bad in ((0,), (1, 1)):  # one seed, or one seed twice
+            one = replace(smoke, **{field: bad})
+            with pytest.raises(UsageError, match="at least 2 distinct seeds"):
+                check_twin_seeds(one)
+            check_twin_seeds(one, skip=(field.split("_")[0],))  # a skipped stage judges nothing
+    for name in presets.REPRODUCE:
+        check_twin_seeds(presets.reproduce(name))  # every registered preset trains seeds to judge over
+    assert with_seeds(smoke, 5).circuits_seeds == with_seeds(smoke, 5).emergence_seeds == (0, 1, 2, 3, 4)
+    assert with_seeds(smoke, None) is smoke

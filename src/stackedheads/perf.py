@@ -18,7 +18,6 @@ import ctypes
 import ctypes.util
 import os
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -96,41 +95,18 @@ def available_cores() -> int:
     return max(1, n)
 
 
-def busy_cores(interval: float = 0.1) -> float:
-    """How many cores other work keeps busy now, from two readings of ``/proc/stat`` (Linux;
-    0 elsewhere). Read before training starts, while this process itself is idle."""
-    def ticks() -> tuple[int, int]:
-        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-        return sum(fields), idle
-
-    try:
-        total0, idle0 = ticks()
-        time.sleep(interval)
-        total1, idle1 = ticks()
-    except (OSError, ValueError, IndexError):
-        return 0.0
-    if total1 <= total0:
-        return 0.0
-    return (1 - (idle1 - idle0) / (total1 - total0)) * (os.cpu_count() or 1)
-
-
 def default_threads(device: str, cores: int | None = None) -> int:
-    """Intra-op threads for a training process given ``cores``: at most
-    :data:`GPU_HOST_THREADS` when a GPU does the arithmetic; on the CPU, every core that other
-    work leaves idle when training starts (given ``cores``: all of them; the caller shares them).
+    """Intra-op threads for a training process given ``cores`` (None: every core this process
+    may use, :func:`available_cores`): at most :data:`GPU_HOST_THREADS` when a GPU does the
+    arithmetic, every core on the CPU.
 
-    Why leave busy cores out: two threads beside a busy process kept 45% of their idle speed
-    (quick preset, spin policy above), one thread 62%; on an idle machine two are 1.6x faster.
-    A run records its thread count (config.json) and keeps it when resumed: another count gives
-    the same losses to rounding, not the same bytes.
+    The count depends on the machine and the options only, never on the load when a run starts:
+    a different count sums in another order, so a run on a busy machine would otherwise train
+    other bytes, and its verdicts could differ from the same command's on an idle one. A run
+    records its count (config.json) and keeps it when resumed.
     """
-    if cores is not None:
-        return min(cores, GPU_HOST_THREADS) if device.startswith("cuda") else cores
-    n = available_cores()
-    if device.startswith("cuda"):
-        return min(n, GPU_HOST_THREADS)
-    return max(1, n - round(busy_cores()))
+    n = cores if cores is not None else available_cores()
+    return min(n, GPU_HOST_THREADS) if device.startswith("cuda") else n
 
 
 # Threads per core a training process may ask for: more only slows it, and torch crashed

@@ -113,7 +113,7 @@ class ReproducePreset:
     circuits: TrainConfig  # transformers A-C (one ensemble member each)
     emergence: TrainConfig  # transformer D (dense checkpoints)
     circuits_seeds: tuple[int, ...] = (0, 1, 2)
-    emergence_seeds: tuple[int, ...] = (0,)
+    emergence_seeds: tuple[int, ...] = (0, 1, 2, 3)  # Sec. 9 trains one transformer D; judged over four seeds as results/sec9 is
     maps_seqs: int = 4
     emergence_seqs: int = 32  # Sec. 9.1: 32 input sequences
     seed: int = 0
@@ -268,11 +268,52 @@ def stage_circuits(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
     return {"run": str(run.relative_to(out)), "train": read_state_json(run / "summary.json", "training summary"), "circuits": discovered}
 
 
+def _same_training(run: Path, cfg: TrainConfig) -> bool:
+    """Whether ``run`` is a finished training of exactly ``cfg`` (its threads and an "auto" dtype
+    as the run resolved them: what this process would resolve them to)."""
+    if not (run / "summary.json").is_file():
+        return False
+    try:
+        stored = TrainConfig.from_dict(read_state_json(run / "config.json", "a training configuration"), run / "config.json")
+    except UsageError:
+        return False
+    return cfg.resolved(stored) == stored
+
+
+def _link_run(source: Path, dest: Path) -> None:
+    """``dest`` as a copy of the finished run folder ``source``: its checkpoints as hard links
+    where the file system allows them (a checkpoint is replaced, never written in place), every
+    other file copied (a resumed run appends to its logs). Written into a temporary sibling and
+    renamed, so an interrupted copy leaves no partial run behind."""
+    import os
+    import shutil
+
+    tmp = dest.with_name(dest.name + ".linking")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+    def link(src: str, dst: str) -> None:
+        try:
+            if not src.endswith(".safetensors"):
+                raise OSError
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(source, tmp, copy_function=link, ignore=shutil.ignore_patterns(".*"))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp.rename(dest)
+
+
 def stage_emergence(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
     from stackedheads.emergence import emergence_run
 
     cfg = ctx.train_config(preset.emergence, preset.emergence_seeds)
     job = Job(EMERGENCE_RUN, "ic", cfg)
+    # A D twin trained exactly as the circuits stage's A-C twin (the quick preset: the same
+    # models, checkpointed every 10 steps) is that run: its files are taken, not trained again.
+    shared = layout.training_run(out.parent / "circuits", CIRCUITS_RUN)
+    if not run_dir(out, job).exists() and _same_training(shared, cfg):
+        _link_run(shared, run_dir(out, job))
     ctx.executor_for("emergence").run([job], out)
     run = run_dir(out, job)
     discovered = _discover(preset, run, layout.discovered(out))
@@ -303,6 +344,34 @@ STAGES: dict[str, Callable[[ReproducePreset, Path, Context], dict]] = {
     "circuits": stage_circuits,
     "emergence": stage_emergence,
 }
+
+
+# Sections 8-9 are judged over the trained transformers, never on one: Sec. 8.2 states A2-A5 for
+# "all transformers" (three in the paper) and Sec. 9 E1-E4 for a model whose seed is not chosen.
+MIN_TWIN_SEEDS = 2
+
+
+def check_twin_seeds(preset: ReproducePreset, skip: tuple[str, ...] = ()) -> None:
+    """Refuse a preset whose circuits or emergence stage (when not skipped) trains fewer than
+    :data:`MIN_TWIN_SEEDS` seeds, or repeats a seed: a verdict judged over seeds needs several."""
+    for stage, seeds in (("circuits", preset.circuits_seeds), ("emergence", preset.emergence_seeds)):
+        if stage in skip:
+            continue
+        if len(set(seeds)) != len(seeds) or len(seeds) < MIN_TWIN_SEEDS:
+            raise UsageError(
+                f"the {stage} stage judges its claims over seeds and needs at least {MIN_TWIN_SEEDS} distinct "
+                f"seeds, got {list(seeds)}", fields=("seeds",),
+            )
+
+
+def with_seeds(preset: ReproducePreset, n: int | None) -> ReproducePreset:
+    """The preset with seeds 0..n-1 for both trained stages (None: the preset's own)."""
+    if n is None:
+        return preset
+    if isinstance(n, bool) or not isinstance(n, int) or n < MIN_TWIN_SEEDS:
+        raise UsageError(f"'seeds' must be a whole number >= {MIN_TWIN_SEEDS} (the claims are judged over seeds), got {n!r}", fields=("seeds",))
+    seeds = tuple(range(n))
+    return replace(preset, circuits_seeds=seeds, emergence_seeds=seeds)
 
 
 def resolve_llm(preset: ReproducePreset, choice: LLMChoice | None) -> LLMChoice:
@@ -337,6 +406,7 @@ def reproduce(
     unknown = [s for s in skip if s not in STAGES]
     if unknown:
         raise UsageError(f"unknown stage {unknown[0]!r} in 'skip'; stages are {', '.join(STAGES)}", fields=("skip",))
+    check_twin_seeds(preset, skip)
     choice = None if "llm" in skip else resolve_llm(preset, llm)
     if choice is not None:
         choice.check()  # before anything is written

@@ -1,4 +1,4 @@
-"""The demo's verdicts in float32 and bfloat16, on 1 and 2 threads (issue 42): four `reproduce`
+"""The demo's verdicts in float32 and bfloat16, on 1 and 2 threads: four `reproduce`
 runs and one table of the Sec. 7-9 claims, so a reader sees which verdict holds on any machine.
 
     python3 tools/maintenance/demo_matrix.py OUT [--preset quick] [--skip llm] [--skip ...]
@@ -10,16 +10,18 @@ Each cell is `stackedheads reproduce --preset PRESET --out OUT/<dtype>-t<threads
 cell with a record is not run again (remove the record to run it anew); a folder without one is
 resumed (reproduce resumes its stages), so a matrix cut short goes on where it stopped. `--cells`
 runs some of the four; the table is built from every OUT/<cell>.json present, so cells run at
-different times (or on other machines, their records copied into OUT) fill one table, and a row
-names each cell's machine where they differ. `--parallel` runs the chosen cells at
+different times (or on other machines, their records copied into OUT) fill one table, and its last
+row names each cell's machine (CPU model, cores, and the flags avx2, avx512f, avx512_bf16, amx). `--parallel` runs the chosen cells at
 once, the cores split between them, each cell's output in OUT/<cell>.log: for a many-core host
-(a lent GPU's 16 cores), not for two cores. Written: OUT/verdicts.md (the table for
+(a lent GPU's 16 cores), not for two cores. `--judge-again` judges the finished cells' claims
+anew from their folders (after a change to the claims, no training). Written: OUT/verdicts.md (the table for
 docs/reproduce.md) and OUT/verdicts.json. Exit 1 where a Sec. 7-9 claim differs between cells
 (the table says which); exit 2 with one line where a cell's run fails (its folder is kept, and a
 rerun resumes it) or the arguments are wrong.
 
-Run it alone on the machine: four demos at about 15 min each where bfloat16 is native; where it is
-emulated (a CPU without AVX512-BF16 or AMX) a bfloat16 demo takes hours.
+The verdicts do not depend on the machine's load (each cell's threads are fixed), its wall times do:
+run it alone to quote them. Where bfloat16 is emulated (a CPU without AVX512-BF16 or AMX) a
+bfloat16 cell takes hours.
 """
 import argparse
 import hashlib
@@ -46,37 +48,60 @@ def cell_name(dtype: str, threads: int) -> str:
     return f"{dtype}-t{threads}"
 
 
+VERDICTS = ("PASS", "FAIL", "INCONCLUSIVE")
+
+
+def seed_counts(claim: dict) -> str:
+    """The per-seed verdicts of a claim's primary reading as counts ("3 PASS, 1 INCONCLUSIVE of
+    4"), "" for a claim judged on no seeds (one model, or a grid)."""
+    primary = next((r for r in claim.get("readings") or [] if r.get("primary")), None)
+    seeds = (primary or {}).get("seeds") or {}
+    if not seeds:
+        return ""
+    values = list(seeds.values())
+    kinds = [v for v in VERDICTS if v in values] + sorted({v for v in values} - set(VERDICTS))
+    return ", ".join(f"{values.count(v)} {v}" for v in kinds) + f" of {len(values)}"
+
+
 def verdict_rows(claims_by_cell: dict[str, list[dict]]) -> list[dict]:
-    """One row per Sec. 7-9 claim: its verdict in each cell and whether all cells agree. A claim
-    missing from a cell (its stage skipped or not run) is "-" there and never agrees."""
-    order, verdicts = [], {}
+    """One row per Sec. 7-9 claim: its verdict in each cell, its per-seed counts in each cell
+    (``seeds``) and whether all cells agree on the verdict. A claim missing from a cell (its stage
+    skipped or not run) is "-" there and never agrees."""
+    order, verdicts, counts = [], {}, {}
     for cell, claims in claims_by_cell.items():
         for c in claims:
             if c["section"].split()[0] not in SECTIONS:
                 continue
             if c["id"] not in verdicts:
                 order.append(c["id"])
-                verdicts[c["id"]] = {"section": c["section"]}
+                verdicts[c["id"]], counts[c["id"]] = {"section": c["section"]}, {}
             verdicts[c["id"]][cell] = c["verdict"]
+            counts[c["id"]][cell] = seed_counts(c)
     rows = []
     for cid in order:
         cells = {cell: verdicts[cid].get(cell, "-") for cell in claims_by_cell}
         agree = "-" not in cells.values() and len(set(cells.values())) == 1
-        rows.append({"id": cid, "section": verdicts[cid]["section"], "cells": cells, "agree": agree})
+        seeds = {cell: counts[cid].get(cell, "") for cell in claims_by_cell}
+        rows.append({"id": cid, "section": verdicts[cid]["section"], "cells": cells, "seeds": seeds, "agree": agree})
     return rows
 
 
-def markdown(rows: list[dict], walls: dict[str, float | None], machines: dict[str, str] | None = None) -> str:
-    """The table; a row of each cell's machine where the cells ran on more than one."""
+def markdown(rows: list[dict], walls: dict[str, float | None], machines: dict[str, str]) -> str:
+    """The table, a row per claim: each cell's verdict, and its per-seed counts where they differ
+    between cells (the last column gives them where every cell has the same); then each cell's
+    wall time and machine (CPU model and flags)."""
     cells = list(walls)
-    lines = ["| claim | " + " | ".join(cells) + " | same verdict |",
-             "|---|" + "---|" * len(cells) + "---|"]
+    lines = ["| claim | " + " | ".join(cells) + " | same verdict | seeds, where the cells count alike |",
+             "|---|" + "---|" * len(cells) + "---|---|"]
     for r in rows:
-        lines.append(f"| {r['id']} | " + " | ".join(r["cells"][c] for c in cells) + f" | {'yes' if r['agree'] else '**no**'} |")
+        seeds = r.get("seeds") or {}
+        alike = len(set(seeds.values())) <= 1
+        shown = [r["cells"][c] + ("" if alike or not seeds.get(c) else f" ({seeds[c]})") for c in cells]
+        common = next(iter(seeds.values()), "") if alike else ""
+        lines.append(f"| {r['id']} | " + " | ".join(shown) + f" | {'yes' if r['agree'] else '**no**'} | {common} |")
     lines.append("| wall time of the run | " + " | ".join(
-        "resumed" if walls[c] is None else f"{walls[c] / 60:.1f} min" for c in cells) + " | |")
-    if machines and len(set(machines.values())) > 1:
-        lines.append("| machine | " + " | ".join(machines[c] for c in cells) + " | |")
+        "resumed" if walls[c] is None else f"{walls[c] / 60:.1f} min" for c in cells) + " | | |")
+    lines.append("| machine | " + " | ".join(machines.get(c, "-") for c in cells) + " | | |")
     return "\n".join(lines) + "\n"
 
 
@@ -156,9 +181,41 @@ def run_cell(out: Path, preset: str, skips: list[str], dtype: str, threads: int,
         raise CellFailed(f"{name}: claims exited {got.returncode}: {(got.stderr.strip().splitlines() or [''])[-1]}")
     ran = fingerprint(json.loads((folder / "config.json").read_text())["preset"])
     rec = {"cell": name, "dtype": dtype, "threads": threads, "device": device, "preset": preset, "skip": skips,
-           "preset_sha": ran, "commit": git_commit(), "machine": machine(), "wall_s": wall,
-           "claims": json.loads(got.stdout)}
+           "preset_sha": ran, "commit": git_commit(), "machine": machine_with_flags(), "wall_s": wall,
+           "claims": json.loads(got.stdout), "judged_at": git_commit()}
     atomic_write_json(out / f"{name}.json", rec)
+
+
+def judge_again(out: Path, cell: str) -> None:
+    """A finished cell's claims judged anew from its folder (``claims --json``, no training),
+    kept in its record with the commit that judged them (``judged_at``); the training's commit,
+    machine and wall time stay as they were."""
+    path, folder = out / f"{cell}.json", out / cell
+    if not folder.is_dir():
+        raise CellFailed(f"{cell}: {folder} is gone; its record cannot be judged again (remove {path} to run the cell anew)")
+    got = subprocess.run([sys.executable, "-m", "stackedheads", "claims", str(folder), "--json"],
+                         capture_output=True, text=True)
+    if got.returncode != 0:
+        raise CellFailed(f"{cell}: claims exited {got.returncode}: {(got.stderr.strip().splitlines() or [''])[-1]}")
+    rec = json.loads(path.read_text())
+    rec.update(claims=json.loads(got.stdout), judged_at=git_commit())
+    atomic_write_json(path, rec)
+
+
+def cpu_flags() -> list[str]:
+    """The CPU flags that decide the bfloat16 path (/proc/cpuinfo; [] elsewhere): AVX-512,
+    its native bfloat16 and AMX."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    have = set(next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []))
+    return [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile") if f in have]
+
+
+def machine_with_flags() -> str:
+    """The machine (provenance.machine) and the flags of :func:`cpu_flags`."""
+    return f"{machine()}; flags: {' '.join(cpu_flags()) or 'none of avx2, avx512f, avx512_bf16, amx'}"
 
 
 def run_cells(out: Path, preset: str, skips: list[str], cells: list[tuple[str, int]], parallel: bool,
@@ -197,6 +254,8 @@ def main() -> int:
                     + ", ".join(cell_name(*c) for c in CELLS))
     ap.add_argument("--parallel", action="store_true", help="run the cells at once (a many-core host)")
     ap.add_argument("--device", default="cpu", help="where the cells train (default: cpu, also on a GPU host)")
+    ap.add_argument("--judge-again", action="store_true",
+                    help="judge the finished cells' claims anew from their folders (no training), then build the table")
     args = ap.parse_args()
     skips = ["llm"] if args.skip is None else args.skip
     try:
@@ -206,6 +265,13 @@ def main() -> int:
     except (ValueError, OSError) as e:
         print(f"demo_matrix: {e}", file=sys.stderr)
         return 2
+    if args.judge_again:
+        try:
+            for cell in read_records(args.out, args.preset, skips):
+                judge_again(args.out, cell)
+        except CellFailed as e:
+            print(f"demo_matrix: {e}", file=sys.stderr)
+            return 2
     for failed in (failures := run_cells(args.out, args.preset, skips, cells, args.parallel, args.device)):
         print(f"demo_matrix: {failed}", file=sys.stderr)
     if failures:
@@ -215,12 +281,13 @@ def main() -> int:
     machines = {c: r["machine"] for c, r in records.items()}
     table = markdown(rows, {c: r["wall_s"] for c, r in records.items()}, machines)
     commits = sorted({r["commit"][:7] for r in records.values()})
+    judged = sorted({r.get("judged_at", r["commit"])[:7] for r in records.values()})
     where = "; ".join(sorted(set(machines.values())))
     (args.out / "verdicts.md").write_text(
-        f"`tools/maintenance/demo_matrix.py` at {', '.join(commits)}, preset {args.preset}, skipped: "
-        f"{', '.join(skips) or 'none'}; {where}\n\n" + table)
+        f"`tools/maintenance/demo_matrix.py`: trained at {', '.join(commits)}, judged at {', '.join(judged)}, "
+        f"preset {args.preset}, skipped: {', '.join(skips) or 'none'}; {where}\n\n" + table)
     (args.out / "verdicts.json").write_text(json.dumps(
-        {"preset": args.preset, "skip": skips, "machines": machines, "commits": commits,
+        {"preset": args.preset, "skip": skips, "machines": machines, "commits": commits, "judged_at": judged,
          "rows": rows, "wall_s": {c: r["wall_s"] for c, r in records.items()}}, indent=2))
     print(table, end="")
     if missing := [cell_name(*c) for c in CELLS if cell_name(*c) not in records]:

@@ -62,16 +62,17 @@ def reproduce_cmd(
     skip: list[str] = typer.Option([], "--skip", help="A stage to leave out (repeatable): theory, prompts, llm, figure4, circuits, emergence."),
     workers: Optional[int] = typer.Option(None, "--workers", help=WORKERS_HELP),
     threads: Optional[int] = typer.Option(None, "--threads", help=THREADS_HELP),
+    seeds: Optional[int] = typer.Option(None, "--seeds", help="Train seeds 0..N-1 of each transformer (circuits, emergence), N >= 2 (default: the preset's)."),
 ) -> None:
     """Run every stage of the paper into one folder (resumable), then write the HTML report."""
     from stackedheads import presets
     from stackedheads.claims import claims_table, collect
     from stackedheads.executors import make_executor
     from stackedheads.report import write_report
-    from stackedheads.reproduce import LLMChoice, reproduce, resolve_llm
+    from stackedheads.reproduce import LLMChoice, reproduce, resolve_llm, with_seeds
     from stackedheads.locks import FolderLock
 
-    chosen = presets.reproduce(preset)
+    chosen = with_seeds(presets.reproduce(preset), seeds)
     if (llm_backend is None) != (llm_model is None):
         raise UsageError("give --llm-backend and --llm-model together")
     given = {k: v for k, v in {"mode": llm_mode, "base_url": llm_base_url, "api_key_env": llm_api_key_env,
