@@ -165,29 +165,9 @@ def seeds_cmd(
     if as_markdown:
         sys.stdout.write(seeds.markdown(runs))
         return
-    out = Console()
+    from stackedheads.seeds.render import print_console
 
-    def table(title: str, head: list[str], rows: list[list[str]]) -> None:
-        t = Table(title=title)
-        for h in head:
-            t.add_column(h, overflow="fold")
-        for r in rows:
-            t.add_row(*r)
-        out.print(t)
-
-    for run in runs:
-        table(f"{run.label}: {run.section}, {seeds.recipe_text(run.recipe)}", *seeds.seed_table(run))
-        for line in seeds.distribution_lines(run):
-            out.print(f"  {line}", highlight=False)
-    head, rows = seeds.distance_table(runs)
-    if rows:
-        table("Distance to Sec. 9's curriculum (|ln plateau/450| + |ln final/0.031| + share out of order)", head, rows)
-    if state := seeds.screen(runs):
-        table(seeds.screen_title(state), *seeds.screen_table(state))
-        if line := seeds.closest_line(state):
-            out.print(line, highlight=False)
-    for line in seeds.comparison_lines(comparison):
-        out.print(line, highlight=False)
+    print_console(runs, comparison, Console())
 
 
 @app.command("report")
