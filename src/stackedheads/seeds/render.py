@@ -43,14 +43,16 @@ def _need(text: str) -> int:
 def _column_widths(columns: list[list[str]], room: int) -> list[int] | None:
     """Widths for ``columns`` (each its header and cells) within ``room`` characters of text, or
     None when even their narrowest do not fit: each at least its :func:`_need`, then the room left
-    given to the columns that lack least first, so that as many as fit show their cells unwrapped."""
+    shared out by water-filling: a column that lacks less than an equal share gets all it lacks
+    (its cells unwrapped), the others share the rest equally."""
     need = [max(map(_need, col)) for col in columns]
     natural = [max(n, *(len(str(c)) for c in col)) for n, col in zip(need, columns)]
     if sum(need) > room:
         return None
     widths, spare = list(need), room - sum(need)
-    for i in sorted(range(len(widths)), key=lambda k: natural[k] - need[k]):  # most columns on one line
-        grow = min(natural[i] - widths[i], spare)
+    order = sorted(range(len(widths)), key=lambda k: natural[k] - need[k])
+    for n, i in enumerate(order):  # water-filling: each its lack, at most an equal share of what is left
+        grow = min(natural[i] - widths[i], spare // (len(order) - n))
         widths[i] += grow
         spare -= grow
     return widths
