@@ -334,6 +334,31 @@ def test_the_link_check_catches_a_broken_link(tmp_path):
     assert len(problems) == 2 and "c.md does not exist" in problems[0] and "#no-such" in problems[1]
 
 
+PATH_SPAN = re.compile(r"`((?:src|tests|docs|tools|benchmarks|studies|results|data)/[^`\s]*)`")
+ADDS_FILES = ("docs/extending.md",)  # names the files its walk-throughs add
+
+
+def test_every_path_a_page_names_exists():
+    """A repository path in a code span (`src/...`, `tests/...`, `tools/...`, ...) of a tracked
+    Markdown file outside docs/notes/ (history, whose paths may be gone) and results/ exists;
+    a pattern (``<recipe>``, ``*``, ``NAME``, ``...``) stands for any."""
+    problems, checked = [], 0
+    for page in markdown_files():
+        name = rel(page)
+        if name.startswith(("docs/notes/", "results/")) or name in ADDS_FILES:
+            continue
+        for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            for m in PATH_SPAN.finditer(line):
+                path = m.group(1).split("::")[0].rstrip("/")
+                if re.search(r"[<>*{}]|\.\.\.|[A-Z]{3,}", path):
+                    continue
+                checked += 1
+                if not (ROOT / path).exists():
+                    problems.append(f"{name}:{n}: {path} does not exist")
+    assert checked >= 30, "the paths were not found"
+    assert not problems, "\n".join(problems)
+
+
 def test_every_docs_page_is_linked_from_the_readme():
     readme = prose((ROOT / "README.md").read_text(encoding="utf-8"))
     linked = {m.group(1).partition("#")[0] for m in LINK.finditer(readme)}
