@@ -426,7 +426,10 @@ def verdict_table(lines: list[str]) -> tuple[int, list[list[str]], int, int]:
 def summary_kind(verdict_cell: str) -> str:
     """The short summary's word for a claim from its verdicts over every reference: any FAIL does
     not reproduce; else any INCONCLUSIVE (or a verdict that depends on the reading) is undecided;
-    else PASS reproduces."""
+    else PASS reproduces. Text in parentheses (a seed's verdict, another reading's) is not a
+    headline verdict."""
+    while re.search(r"\([^()]*\)", verdict_cell):
+        verdict_cell = re.sub(r"\([^()]*\)", "", verdict_cell)
     if re.search(r"\bFAIL\b", verdict_cell):
         return "does not"
     if re.search(r"\bINCONCLUSIVE\b|DEPENDS ON READING", verdict_cell):
@@ -480,6 +483,7 @@ def test_the_summary_rule():
     assert summary_kind("`gpt2`: INCONCLUSIVE; `tl-stack`: FAIL") == "does not"
     assert summary_kind("`gpt2`: INCONCLUSIVE; `tl-stack`: PASS (3 of 12)") == "undecided"
     assert summary_kind("reproduces: T1-T3 PASS") == "reproduces"
+    assert summary_kind("`a`: DEPENDS ON READING (FAIL by paths (x1)); `b`: PASS (seed 1 FAIL)") == "undecided"
     assert claim_ids("L1-L2, A1 and T1-T3; C0-C3 at N = 4") == {"L1", "L2", "A1", "T1", "T2", "T3", "C0", "C1", "C2", "C3"}
 
 
