@@ -1,7 +1,7 @@
 """Which seeds of the demo's twins give the same Sec. 8-9 verdicts in float32 and bfloat16, on 1
-and 2 threads (issue 42).
+and 2 threads.
 
-The demo trains one A-C twin (`sec8-quick`, seed 3 since issue 42; seed 1 before) and one D twin
+The demo trains one A-C twin (`sec8-quick`, seed 3; seed 1 before) and one D twin
 (`sec9-quick`, seed 2) and judges A1-A5 and E1-E4 on them. In float32 the A-C twin's seed 1 ended
 with 3 useful heads, the causal minimum (A5 FAIL), in bfloat16 with 4 (A5 PASS): a verdict the
 rounding decides. This runs the demo's own stage (`reproduce.stage_circuits` or `stage_emergence`) for

@@ -1,5 +1,5 @@
 """tools/maintenance/demo_matrix.py: the table of the demo's Sec. 7-9 verdicts over dtype and threads
-(issue 42). The four demos are long; their table is built from claims lists here."""
+The four demos are long; their table is built from claims lists here."""
 
 import importlib.util
 import json

@@ -366,6 +366,63 @@ def test_every_docs_page_is_linked_from_the_readme():
     assert not missing, f"docs pages the README does not link: {missing}"
 
 
+# --- rules, not history -------------------------------------------------------------------------
+
+ISSUE_N = re.compile(r"\bissues?\s*#?\d+", re.I)
+DATE = re.compile(r"\b(?:19|20)\d\d-\d\d-\d\d\b")
+RULE_TREES = ("src", "tests", "benchmarks", "tools", "studies")
+
+
+def python_prose(text: str) -> str:
+    """A Python file's comments and docstrings (where a date would be history; in a string it is
+    data)."""
+    import ast
+    import io
+    import tokenize
+
+    out = [tok.string for tok in tokenize.generate_tokens(io.StringIO(text).readline) if tok.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            out.append(ast.get_docstring(node, clean=False) or "")
+    return "\n".join(out)
+
+
+def history_in(name: str, text: str) -> list[str]:
+    """What in a file is history rather than a rule: "issue N" anywhere, a date in its prose
+    (comments and docstrings of Python, comments of a Makefile or shell script, Markdown)."""
+    found = [f"{name}: {m.group(0)!r}" for m in ISSUE_N.finditer(text)]
+    if name.endswith(".py"):
+        prose_text = python_prose(text)
+    elif name.endswith(".md"):
+        prose_text = text
+    else:
+        prose_text = "\n".join(line for line in text.splitlines() if line.lstrip().startswith("#"))
+    return found + [f"{name}: date {m.group(0)}" for m in DATE.finditer(prose_text)]
+
+
+def test_code_tests_and_docs_state_rules_not_history():
+    """src/, tests/, benchmarks/, tools/, studies/, the Makefile, README.md and docs/ outside
+    docs/notes/ (which keeps the dated history) name no issue number and carry no dates."""
+    import subprocess
+
+    names = subprocess.run(["git", "ls-files", "-z", "--", *RULE_TREES, "Makefile", "README.md", "docs"],
+                           cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
+    names = [n for n in names if n and not n.startswith("docs/notes/")
+             and (n.endswith((".py", ".sh", ".md")) or n == "Makefile")]
+    assert len(names) > 100, "the files were not found"
+    problems = [p for n in names if (ROOT / n).is_file() for p in history_in(n, (ROOT / n).read_text(encoding="utf-8"))]
+    assert not problems, "history where rules belong:\n" + "\n".join(problems)
+
+
+def test_the_history_check_catches_issue_numbers_and_dates():
+    word = "issue"  # spelled apart, so that this file passes the check itself
+    code = f'"""Rule ({word} 42)."""\nx = "2025-01-01"  # measured 2026-11-22\ndef f():\n    """Since 2026-11-27."""\n'
+    found = history_in("a.py", code)
+    assert found == [f"a.py: '{word} 42'", "a.py: date 2026-11-22", "a.py: date 2026-11-27"], found
+    assert history_in("Makefile", f"# budget ({word.title()} #7)\nX = 2025-01-01\n") == [f"Makefile: '{word.title()} #7'"]
+    assert history_in("a.py", 'x = "2025-01-01"  # a rule\n') == []
+
+
 # --- cheap examples, run ------------------------------------------------------------------------
 
 RUNNABLE = [

@@ -1,4 +1,4 @@
-"""The demo's verdicts in float32 and bfloat16, on 1 and 2 threads (issue 42): four `reproduce`
+"""The demo's verdicts in float32 and bfloat16, on 1 and 2 threads: four `reproduce`
 runs and one table of the Sec. 7-9 claims, so a reader sees which verdict holds on any machine.
 
     python3 tools/maintenance/demo_matrix.py OUT [--preset quick] [--skip llm] [--skip ...]
