@@ -1,11 +1,12 @@
 # make test: create .venv when missing, install (and Chromium for the browser test), run the tests.
-# make test-fast: the same without the tests marked slow (browser, Ray, llama.cpp server, kills, reproduce, the tutorial notebook): under a minute.
+# make test-fast: the same without the tests marked slow (browser, Ray, llama.cpp server, kills, reproduce, the tutorial notebook).
 # make demo: create .venv when missing, run the main job on the quick preset.
+# make install: .venv with torch and the package; the first install on a machine compiles llama.cpp (below).
 PYTHON ?= python3
 VENV ?= .venv
 # GPU users: make TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128" test
 TORCH ?= torch==2.13.0
-# llama-cpp-python compiles once (~10 min; pip caches the wheel): portable AVX2, not -march=native.
+# llama-cpp-python compiles once (about 10 min on 2 cores; pip caches the wheel): portable AVX2, not -march=native.
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 # The browser test drives Debian's Chromium: apt-get installs it once when missing.
 SUDO := $(shell if [ "$$(id -u)" != 0 ]; then echo sudo; fi)
@@ -36,7 +37,7 @@ browser:
 # Two workers (pytest-xdist), a test module on one: its module-scoped fixtures are built once.
 # Modules go out in collection order, the longest first (tests/conftest.py: FIRST), so that
 # no long module runs alone at the end.
-# The 30 slowest tests are listed at the end: the suite's budget is 6 min of pytest (issue 42).
+# The 30 slowest tests are listed at the end: the suite's budget is 6 min of pytest on an idle 2-core machine.
 test: $(STAMP) browser
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=30
 

@@ -1,7 +1,7 @@
 """Circuit discovery's time per seed: a base commit against this tree, on a real checkpoint.
 
-Issue 39 asks a seed's discovery (App. E's greedy search, :mod:`stackedheads.circuits.discover`)
-at Sec. 9.1's size to take at most 5 minutes on two threads; at commit 25719e9 it took about
+A seed's discovery (App. E's greedy search, :mod:`stackedheads.circuits.discover`)
+at Sec. 9.1's size should take at most 5 minutes on two threads; at commit 25719e9 it took about
 17 minutes on one thread. Each side runs ``stackedheads circuit discover RUN --seeds S
 --threshold T`` from its own source (the base commit in a temporary git worktree), in a fresh
 process with ``--threads`` OpenMP threads, one after the other, and the benchmark times it and

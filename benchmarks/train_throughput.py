@@ -1,6 +1,6 @@
 """Training speed: a base commit against this tree, per dtype, eager and compiled.
 
-Issue 24 asked for the CPU step near the chip's limit: bfloat16 activations (the chip's bf16
+The CPU step near the chip's limit: bfloat16 activations (the chip's bf16
 matmuls run 2.4-3.7x its float32 ones) and fusion, measured against the step of commit
 b410c0f in float32. The base commit is checked out into a temporary git worktree and run from
 there, so both sides are the real library of their commit, on the same batches. Each
@@ -244,7 +244,7 @@ def run_worker(spec: dict, trees: dict[str, Path], busy: bool = False) -> dict:
 
 def project(size: str, r: dict, budget_h: float, dtype: str) -> dict:
     """One seed's whole run at the measured step (evaluation's share included), against a piece's
-    budget: issue 40 starts a seed only where it fits, and never in an emulated bfloat16."""
+    budget: a seed starts only where it fits, and never in an emulated bfloat16."""
     from stackedheads import presets
     from stackedheads.training.config import native_dtype
 

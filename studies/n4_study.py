@@ -1,15 +1,15 @@
 """The N = 4 studies: which CPU-sized configurations of the paper's task learn x1, x2, ...
 
-``--study n4`` (issue 13): the quick twin's size at N = 4. ``--study twins`` (issue 26): the
+``--study n4``: the quick twin's size at N = 4. ``--study twins``: the
 circuits and emergence twins (``sec8-quick``, ``sec9-quick``) at N = 4, 4 seeds per candidate
 trained as one ensemble; a seed *learns* when every final partial loss is at most 0.2 x the
 1 - 1/N = 0.75 plateau (0.15), the bar the twins must clear for their circuits to be read.
-``--study figure4`` (issue 42): the quick Figure 4 sweep's runs that decide C0-C3 (N = 2), under
+``--study figure4``: the quick Figure 4 sweep's runs that decide C0-C3 (N = 2), under
 two schedules, in float32 and bfloat16 on one and two threads.
 
 Each candidate is a ``train`` run of the paper's task (N = 4 chains, K = 4, IC targets) at a
 CPU twin's size; runs resume, so the study can be stopped and restarted. The table goes to
-stdout, and from there into ``docs/n4-study.md`` (settings, steps, final partial losses per seed, first step each
+stdout, and from there into ``docs/notes/n4-study.md`` (settings, steps, final partial losses per seed, first step each
 position's partial loss falls below the paper's Figure 4 threshold, 0.5 at N = 4, scaled to the
 1 - 1/N plateau for other N as the claims do -- and wall time). Run it alone on an idle machine for comparable wall times:
 
@@ -29,7 +29,7 @@ from stackedheads.sweep import cross_threshold
 from stackedheads.storage import read_state_json
 from stackedheads.training import TrainConfig, read_metrics, train
 
-LEARNED = 0.2  # issue 26: a twin's seed is usable when every final partial loss is <= this x the 1 - 1/N plateau
+LEARNED = 0.2  # a twin's seed is usable when every final partial loss is <= this x the 1 - 1/N plateau
 
 BASE = presets.QUICK.override(chains=4)
 PLAIN = {"warmup_steps": 0, "schedule": "constant", "grad_clip": 0.0, "decay_exempt": ()}
@@ -77,7 +77,7 @@ SEC8_SIZE: dict[str, tuple[str, TrainConfig]] = {
     "L6-d128": ("the twin at the paper's d_model 128: does width?", SIZE.override(d_model=128)),
 }
 
-# Issue 42: with the quick sweep's old schedule (cosine over its 2,000 steps) the IC runs at 3
+# With the quick sweep's old schedule (cosine over its 2,000 steps) the IC runs at 3
 # layers learn x2 near step 1,900 or not at all, so C0, C2 and C3 moved with rounding
 # (docs/reproduce.md). The A-C and D twins train the first 2,000 steps of a 4,000-step schedule
 # (sec8-quick), and so does the sweep now; both schedules here, on the runs that decide the
@@ -98,9 +98,9 @@ F4_RUNS = {"ic-L3": {"depth": 2, "ic": True, "n_layers": 3}, "ic-L2": {"depth": 
            # seed leaves the plateau in 2,000 steps (docs/reproduce.md); nor does x3 at 4 layers.
            "n3-ic-L3": {"chains": 3, "depth": 2, "ic": True, "n_layers": 3},
            "n3-ic-L2": {"chains": 3, "depth": 2, "ic": True, "n_layers": 2}}
-F4_SCHEDULES = {"2k": ("the quick sweep before issue 42: cosine over its 2,000 steps", {}),
+F4_SCHEDULES = {"2k": ("the quick sweep's old schedule: cosine over its 2,000 steps", {}),
                 "2k-of-4k": ("the first 2,000 steps of a 4,000-step cosine, as the A-C and D twins (the quick "
-                             "sweep since issue 42)", {"decay_steps": 4000}),
+                             "sweep's schedule now)", {"decay_steps": 4000}),
                 # Twice the updates at half the batch, for about the same sequences and time: IC at
                 # D = 3 and 3 layers needs more steps for x3 than "2k of 4k" gives seed 0.
                 "b64-4k-of-8k": ("batch 64, the first 4,000 steps of an 8,000-step cosine (warm-up 200)",

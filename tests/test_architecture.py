@@ -1,4 +1,4 @@
-"""The shape of the package (issue 16): an acyclic import graph and a lazy public API.
+"""The shape of the package: an acyclic import graph and a lazy public API.
 
 ``pytest tests/test_architecture.py`` is the command that checks the import graph.
 """

@@ -1,4 +1,4 @@
-"""Issue 26: rules for what the twins do besides retrieval (fixed positions and offsets, the
+"""Rules for what the twins do besides retrieval (fixed positions and offsets, the
 other chains' tokens, mixtures of two rules), and the diagnosis of rows no rule explains."""
 
 import pytest
@@ -231,7 +231,7 @@ def test_discovery_names_a_head_forced_to_read_a_fixed_position(monkeypatch):
     assert d["best"] == "p5" and d["kind"] == rules.POSITIONAL and d["covered"] > 0.99
     assert d["own"]["s2"] == pytest.approx(0.5, abs=0.1) and d["other"]["s2"] == pytest.approx(0.5, abs=0.1)
     # With the paper's rules alone (no shortcut rule) the same row is left unexplained: s+2
-    # catches only the half of its attention that lands on the own chain (the issue's symptom).
+    # catches only the half of its attention that lands on the own chain.
     lib = rules.library(2)
     paper = rules.Library(2, {n: r for n, r in lib.items() if not r.shortcut}, [rules.RULES["s+d"]])
     monkeypatch.setattr(disc, "library", lambda depth: paper)

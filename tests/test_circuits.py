@@ -263,7 +263,7 @@ def test_first_token_is_a_path_when_it_carries_information():
 
 
 def test_discovery_keeps_a_path_that_breaks_one_position_but_not_the_mean(forced_model):
-    """Issue 12: the budget holds for every chain position, not only for their mean. Removing
+    """The budget holds for every chain position, not only for their mean. Removing
     L0.0's s2->s4 breaks x2 alone: with a tolerance above the mean's rise but below x2's, a
     search on the mean would drop the path; per position, discovery keeps it."""
     model, task, val = forced_model
@@ -427,8 +427,8 @@ def test_discover_folder_locked(tmp_path, held):
 
 
 def test_older_circuit_files_name_a_whole_head_once(tmp_path):
-    """Issue 28: every head's rules are {role: rule}; a file written when a whole head was one
-    name still loads (as that rule for every role) and is written back per role."""
+    """Every head's rules are {role: rule}; a file that names one rule for a whole head
+    loads (as that rule for every role) and is written back per role."""
     import json
 
     d = {"depth": 2, "heads": [{"layer": 0, "head": 0, "rules": "uniform", "paths": []},

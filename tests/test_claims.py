@@ -1,6 +1,6 @@
-"""Verdicts (issue 12): synthetic inputs, and the verdict each must get.
+"""Verdicts: synthetic inputs, and the verdict each must get.
 
-Every case the issue lists is a row of a table: Section 7 sweeps (C0-C3), Section 8 circuits
+Every case is a row of a table: Section 7 sweeps (C0-C3), Section 8 circuits
 (A1-A5), Section 9 timelines (E1-E4). The inputs are what the stages write to disk.
 """
 
@@ -126,7 +126,7 @@ def test_section7_evidence_is_stated():
     assert paper["C2"]["fraction_in_order"] == 1.0 and paper["C3"]["layers_needed"] == {"x1": 2, "x2": 2, "x3": 3}
 
 
-# Issue 42's runs (N = 2, D = 2; final x1, x2 per seed at 2 and 3 layers, studies/n4_study.py
+# The quick Figure 4 runs (N = 2, D = 2; final x1, x2 per seed at 2 and 3 layers, studies/n4_study.py
 # --study figure4): seed 0 learns x2 at 2 layers in both dtypes, seed 1 at 3. The mean of the two
 # seeds at 2 layers is 0.354 in float32 and 0.295 in bfloat16, on either side of the 0.333 threshold.
 MEASURED_N2 = {
@@ -291,7 +291,7 @@ SEC9_CASES = {
         timeline({"L3.0 s0->s2": 400, "L5.0 s0->s4": 400}, {"L3.0 s0->s2": [1, 2], "L5.0 s0->s4": [2]}, depth=2, drops=(100, 200)),
         {"E2": INCONCLUSIVE, "E3": INCONCLUSIVE},
     ),
-    # The issue's example: one path serves x1..x3, so x2 and x3 cannot be timed on their own.
+    # One path serves x1..x3, so x2 and x3 cannot be timed on their own.
     # ... and whether that path retrieves x1 "only" cannot be told either.
     "one path serving x1..x3": (
         timeline({"L4.0 s0->s2": 408}, {"L4.0 s0->s2": [1, 2, 3]}, depth=3, drops=(100, 200, 300)),
@@ -556,7 +556,7 @@ def test_damaged_llm_comparison_is_one_line(tmp_path, content, cli):
 
 
 def test_a_bug_in_a_claim_is_a_traceback_and_a_damaged_timeline_one_line(tmp_path):
-    """Issue 28: only a file without what a claim reads gives the advice to rebuild its stage;
+    """Only a file without what a claim reads gives the advice to rebuild its stage;
     an error in a claim's own code stays what it is."""
     from stackedheads.claims import SECTIONS, Section
 

@@ -102,7 +102,7 @@ def test_bad_input_is_one_line_exit_2(args, cli):
 
 
 def test_bad_input_in_a_fresh_interpreter_is_one_line(cli_process):
-    """The cases above run in this process (issue 42: a fresh interpreter each cost ~3 s); one
+    """The cases above run in this process (a fresh interpreter each costs ~3 s); one
     runs as a user's shell runs it, where a traceback would reach the terminal."""
     r = cli_process("theory", "--max-depth", "0")
     assert r.code == 2 and "Traceback" not in r.err
@@ -172,7 +172,7 @@ def test_device_cuda_without_cuda_writes_nothing(tmp_path, command, cli):
 
 
 def test_library_errors_name_fields_and_the_cli_writes_their_flags():
-    """Issue 28 item 4: a UsageError names the config fields it is about; the CLI writes each as
+    """A UsageError names the config fields it is about; the CLI writes each as
     its flag (one mapping, cli._app.flag), and a worker process passes the fields on."""
     from stackedheads.cli._app import flag, flag_text
     from stackedheads.errors import UsageError

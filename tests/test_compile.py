@@ -1,4 +1,4 @@
-"""torch.compile (issues 17, 24): the compiled step and a compiled run give the eager losses.
+"""torch.compile: the compiled step and a compiled run give the eager losses.
 Apart from the other precision tests so that the suite's two workers start these, its longest
 file (a cold inductor: about 2 min on a 2-core CPU), first."""
 
@@ -16,7 +16,7 @@ def test_compiled_step_matches_eager(tmp_path, preset, members, dtype):
     dtype's tolerance. Each of the three things that change the compiled code is taken both ways
     over the two cases: an MLP and none (sec8-smoke and its MLP-less sec9-smoke), one member and
     several, float32 and bfloat16. A case is one cold compilation (about 40 s on a 2-core CPU,
-    the first one 45 s more for inductor's own start, issue 42), so not every combination: the
+    the first one 45 s more for inductor's own start), so not every combination: the
     eager step runs all of them (test_precision.py). The whole-run test below reuses the
     float32 case's kernels."""
     tol = 1e-4 if dtype == "float32" else BF16_REL_TOL
@@ -28,7 +28,7 @@ def test_compiled_step_matches_eager(tmp_path, preset, members, dtype):
 
 @pytest.mark.slow
 def test_compiled_training_gives_the_eager_losses(tmp_path):
-    """``compile`` changes how the step runs, not what it computes (issue 17), over a whole run with
+    """``compile`` changes how the step runs, not what it computes, over a whole run with
     its evaluations. Beside the other compiled tests, at the shapes of their sec8-smoke case (3
     members, batch 8, float32: inductor's cache holds its training step). Its 16 validation
     sequences against a batch of 8 take the path a real run's evaluation takes (chunks of 1,024

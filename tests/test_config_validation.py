@@ -38,7 +38,7 @@ def test_api_train_without_a_config_is_one_usage_error(tmp_path):
 
 
 def test_config_json_with_a_wrong_typed_field_is_one_line(tmp_path, cli):
-    """44.17: "chains": null in a config.json; read by `train` resuming the folder."""
+    """"chains": null in a config.json, read by `train` resuming the folder, is one line."""
     run = tmp_path / "t"
     run.mkdir()
     cfg = train_config()

@@ -1,4 +1,4 @@
-"""The depth phase diagram (issue 18): grid, resumption, claims D1/D2 and the figure."""
+"""The depth phase diagram: grid, resumption, claims D1/D2 and the figure."""
 
 import csv
 import json
@@ -226,8 +226,8 @@ def test_grid_values_must_be_positive_and_distinct():
 
 @pytest.mark.parametrize("seeds", ["99999999999999999999", "-1"])
 def test_seeds_beyond_the_rule_are_one_line_and_write_nothing(tmp_path, seeds, cli):
-    """Issue 27: a seed beyond int64 wrote a depth.json that blocked the corrected run; the rule
-    (0 to 2**63-1) is train's too."""
+    """A seed beyond int64 is refused before a depth.json is written (that would block the
+    corrected run); the rule (0 to 2**63-1) is train's too."""
     out = tmp_path / "depth"
     code, _, stderr = cli("sweep", "depth", "--preset", "smoke", "--out", str(out), "--seeds", seeds)
     assert code == 2 and "Traceback" not in stderr and "integers from 0 to 2**63-1" in stderr, stderr

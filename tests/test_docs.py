@@ -9,8 +9,9 @@ print what they show.
   program. A ``...`` argument stands for elided ones.
 * ``make TARGET`` names a Makefile target; ``python SCRIPT.py`` and ``pytest tests/...`` name
   files that exist.
-* Every relative link (``[text](path)``, ``![alt](path)``, with or without ``#anchor``) points to
-  a file that exists, and its anchor to a heading of that file (GitHub's slugs).
+* Every relative link (``[text](path)``, ``![alt](path)``, with or without ``#anchor``) of every
+  tracked Markdown file (README.md, docs/, docs/notes/, results/, tools/, ...) points to a file
+  that exists, and its anchor to a heading of that file (GitHub's slugs).
 * Every verb of the command line appears in the README's table of verbs.
 * The cheap examples whose output a page shows (``prompts``, ``theory`` without ``--out``) are run
   in-process and must print exactly the lines shown (docs/extending.md is left out: its examples
@@ -28,13 +29,29 @@ import typer
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def markdown_files() -> list[Path]:
+    """Every Markdown file of the repository: git's tracked ones, or (no git: an unpacked copy)
+    every one outside the virtual environment, runs and caches."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "--", "*.md"], cwd=ROOT, capture_output=True, check=True)
+        tracked = [ROOT / name for name in out.stdout.decode().split("\0") if name]
+    except (OSError, subprocess.CalledProcessError):
+        tracked = []
+    if tracked:
+        return [p for p in tracked if p.is_file()]
+    skip = {".venv", "runs", ".git", ".pytest_cache", "node_modules"}
+    return sorted(p for p in ROOT.rglob("*.md") if not skip & set(p.relative_to(ROOT).parts))
 RUN_VERBS = ("prompts", "theory", "seeds")  # cheap, deterministic, reading tracked files at most: run for real
 NOT_RUN_PAGES = ("extending.md",)  # examples of a formulation the page adds itself
 SEPARATORS = {"&&", "||", "|", ";", "&"}
 
 
 def rel(path: Path) -> str:
-    return str(path.relative_to(ROOT))
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 # --- reading the pages ---------------------------------------------------------------------------
@@ -275,9 +292,10 @@ def slugs(text: str) -> set[str]:
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 
 
-def test_every_relative_link_resolves():
+def broken_links(pages: list[Path]) -> tuple[list[str], int]:
+    """Each relative link of ``pages`` whose file or anchor does not exist, and how many were read."""
     problems, checked = [], 0
-    for page in PAGES:
+    for page in pages:
         text = page.read_text(encoding="utf-8")
         for m in LINK.finditer(prose(text)):
             target = m.group(1)
@@ -291,7 +309,53 @@ def test_every_relative_link_resolves():
                 continue
             if anchor and dest.suffix == ".md" and anchor not in slugs(dest.read_text(encoding="utf-8")):
                 problems.append(f"{rel(page)}: link to {target}: no heading with anchor #{anchor} in {rel(dest)}")
+    return problems, checked
+
+
+def test_every_relative_link_resolves():
+    """Every tracked Markdown file's relative links, docs/notes/ and results/ included."""
+    pages = markdown_files()
+    assert {ROOT / "README.md", ROOT / "docs" / "notes" / "README.md", ROOT / "studies" / "README.md"} <= set(pages)
+    problems, checked = broken_links(pages)
     assert checked >= 30, "the links were not found"
+    assert not problems, "\n".join(problems)
+
+
+def test_the_link_check_catches_a_broken_link(tmp_path):
+    """A missing file, a missing anchor and a folder's link are told apart (else the test above
+    proves nothing)."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "b.md").write_text("# A heading\n", encoding="utf-8")
+    page = tmp_path / "sub" / "a.md"
+    page.write_text("[ok](../b.md#a-heading) [dir](../sub/) [gone](../c.md) [anchor](../b.md#no-such) "
+                    "`[code](x.md)` [web](https://example.org/x.md)\n", encoding="utf-8")
+    problems, checked = broken_links([page])
+    assert checked == 4
+    assert len(problems) == 2 and "c.md does not exist" in problems[0] and "#no-such" in problems[1]
+
+
+PATH_SPAN = re.compile(r"`((?:src|tests|docs|tools|benchmarks|studies|results|data)/[^`\s]*)`")
+ADDS_FILES = ("docs/extending.md",)  # names the files its walk-throughs add
+
+
+def test_every_path_a_page_names_exists():
+    """A repository path in a code span (`src/...`, `tests/...`, `tools/...`, ...) of a tracked
+    Markdown file outside docs/notes/ (history, whose paths may be gone) and results/ exists;
+    a pattern (``<recipe>``, ``*``, ``NAME``, ``...``) stands for any."""
+    problems, checked = [], 0
+    for page in markdown_files():
+        name = rel(page)
+        if name.startswith(("docs/notes/", "results/")) or name in ADDS_FILES:
+            continue
+        for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            for m in PATH_SPAN.finditer(line):
+                path = m.group(1).split("::")[0].rstrip("/")
+                if re.search(r"[<>*{}]|\.\.\.|[A-Z]{3,}", path):
+                    continue
+                checked += 1
+                if not (ROOT / path).exists():
+                    problems.append(f"{name}:{n}: {path} does not exist")
+    assert checked >= 30, "the paths were not found"
     assert not problems, "\n".join(problems)
 
 
@@ -300,6 +364,63 @@ def test_every_docs_page_is_linked_from_the_readme():
     linked = {m.group(1).partition("#")[0] for m in LINK.finditer(readme)}
     missing = [rel(p) for p in PAGES[1:] if rel(p) not in linked]
     assert not missing, f"docs pages the README does not link: {missing}"
+
+
+# --- rules, not history -------------------------------------------------------------------------
+
+ISSUE_N = re.compile(r"\bissues?\s*#?\d+", re.I)
+DATE = re.compile(r"\b(?:19|20)\d\d-\d\d-\d\d\b")
+RULE_TREES = ("src", "tests", "benchmarks", "tools", "studies")
+
+
+def python_prose(text: str) -> str:
+    """A Python file's comments and docstrings (where a date would be history; in a string it is
+    data)."""
+    import ast
+    import io
+    import tokenize
+
+    out = [tok.string for tok in tokenize.generate_tokens(io.StringIO(text).readline) if tok.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            out.append(ast.get_docstring(node, clean=False) or "")
+    return "\n".join(out)
+
+
+def history_in(name: str, text: str) -> list[str]:
+    """What in a file is history rather than a rule: "issue N" anywhere, a date in its prose
+    (comments and docstrings of Python, comments of a Makefile or shell script, Markdown)."""
+    found = [f"{name}: {m.group(0)!r}" for m in ISSUE_N.finditer(text)]
+    if name.endswith(".py"):
+        prose_text = python_prose(text)
+    elif name.endswith(".md"):
+        prose_text = text
+    else:
+        prose_text = "\n".join(line for line in text.splitlines() if line.lstrip().startswith("#"))
+    return found + [f"{name}: date {m.group(0)}" for m in DATE.finditer(prose_text)]
+
+
+def test_code_tests_and_docs_state_rules_not_history():
+    """src/, tests/, benchmarks/, tools/, studies/, the Makefile, README.md and docs/ outside
+    docs/notes/ (which keeps the dated history) name no issue number and carry no dates."""
+    import subprocess
+
+    names = subprocess.run(["git", "ls-files", "-z", "--", *RULE_TREES, "Makefile", "README.md", "docs"],
+                           cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
+    names = [n for n in names if n and not n.startswith("docs/notes/")
+             and (n.endswith((".py", ".sh", ".md")) or n == "Makefile")]
+    assert len(names) > 100, "the files were not found"
+    problems = [p for n in names if (ROOT / n).is_file() for p in history_in(n, (ROOT / n).read_text(encoding="utf-8"))]
+    assert not problems, "history where rules belong:\n" + "\n".join(problems)
+
+
+def test_the_history_check_catches_issue_numbers_and_dates():
+    word = "issue"  # spelled apart, so that this file passes the check itself
+    code = f'"""Rule ({word} 42)."""\nx = "2025-01-01"  # measured 2026-11-22\ndef f():\n    """Since 2026-11-27."""\n'
+    found = history_in("a.py", code)
+    assert found == [f"a.py: '{word} 42'", "a.py: date 2026-11-22", "a.py: date 2026-11-27"], found
+    assert history_in("Makefile", f"# budget ({word.title()} #7)\nX = 2025-01-01\n") == [f"Makefile: '{word.title()} #7'"]
+    assert history_in("a.py", 'x = "2025-01-01"  # a rule\n') == []
 
 
 # --- cheap examples, run ------------------------------------------------------------------------
@@ -333,24 +454,94 @@ def test_cheap_examples_print_what_the_docs_show(cli, monkeypatch, page, line, a
 # --- the README as a front page ------------------------------------------------------------------
 
 README_MAX_LINES = 220
-TABLE_WITHIN = 60  # the paper's sections and their verdicts are on the first screen
+FIRST_SCREEN = 30  # what it is, the three commands and the verdicts in short
 SECTIONS = ("Sec. 3", "Sec. 4", "Sec. 5", "Sec. 7", "Sec. 8", "Sec. 9", "beyond")
+SUMMARY = {"reproduces": "reproduces", "does not reproduce": "does not", "undecided": "undecided"}
+CLAIM_ID = re.compile(r"\b([A-Z])(\d)(?:\s*-\s*\1?(\d))?\b")
+
+
+def claim_ids(text: str) -> set[str]:
+    """Claim ids named in ``text``, ranges spelled out: "T1-T3, A5" -> T1, T2, T3, A5."""
+    return {f"{m.group(1)}{i}" for m in CLAIM_ID.finditer(text)
+            for i in range(int(m.group(2)), int(m.group(3) or m.group(2)) + 1)}
+
+
+def verdict_table(lines: list[str]) -> tuple[int, list[list[str]], int, int]:
+    """README's full table of claims: its header's line, its rows' cells, the claim and verdict
+    columns."""
+    header = next((i for i, s in enumerate(lines) if s.startswith("|") and "| verdict" in s), None)
+    assert header is not None, "README.md has no table with a 'verdict' column"
+    head = [c.strip() for c in lines[header].strip().strip("|").split("|")]
+    rows = []
+    for s in lines[header + 2:]:
+        if not s.startswith("|"):
+            break
+        rows.append([c.strip() for c in s.strip().strip("|").split("|")])
+    return header, rows, head.index("claim"), next(i for i, h in enumerate(head) if h.startswith("verdict"))
+
+
+def summary_kind(verdict_cell: str) -> str:
+    """The short summary's word for a claim from its verdicts over every reference: any FAIL does
+    not reproduce; else any INCONCLUSIVE (or a verdict that depends on the reading) is undecided;
+    else PASS reproduces. Text in parentheses (a seed's verdict, another reading's) is not a
+    headline verdict."""
+    while re.search(r"\([^()]*\)", verdict_cell):
+        verdict_cell = re.sub(r"\([^()]*\)", "", verdict_cell)
+    if re.search(r"\bFAIL\b", verdict_cell):
+        return "does not"
+    if re.search(r"\bINCONCLUSIVE\b|DEPENDS ON READING", verdict_cell):
+        return "undecided"
+    assert re.search(r"\bPASS\b", verdict_cell), f"no verdict in {verdict_cell!r}"
+    return "reproduces"
 
 
 def test_the_readme_is_a_front_page():
-    """README.md is short, and its first 60 lines hold the table of the paper's sections with a
-    verdict and its robustness for each, and the link to the tutorial."""
+    """README.md is short; its first screen says what it is, gives the three commands with their
+    times (the llama.cpp build included), the verdicts in short and the tutorial's link; the full
+    table of the paper's sections, each with a verdict and its robustness, follows."""
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines, at most {README_MAX_LINES}"
-    top = lines[:TABLE_WITHIN]
-    header = next((i for i, s in enumerate(top) if s.startswith("|") and "verdict (primary reading)" in s), None)
-    assert header is not None, f"no table with a 'verdict (primary reading)' column in README.md's first {TABLE_WITHIN} lines"
-    assert "robustness" in top[header], "the sections' table has no 'robustness' column"
-    rows = [s for s in top[header + 2:] if s.startswith("|")]
-    firsts = {s.split("|")[1].strip() for s in rows}
-    missing = [s for s in SECTIONS if not any(f.startswith(s) for f in firsts)]
-    assert not missing, f"the sections' table has no row for {missing}"
+    top = lines[:FIRST_SCREEN]
+    for command in ("make install", "make demo", "make test"):
+        at = next((i for i, s in enumerate(top) if s.startswith(command + " ")), None)
+        assert at is not None, f"`{command}` is not in README.md's first {FIRST_SCREEN} lines"
+        said = top[at] + " " + (top[at + 1] if at + 1 < len(top) and top[at + 1].startswith(" ") else "")
+        assert re.search(r"\d+ minutes", said), f"`{command}` on the first screen says not how long it takes"
+    assert any("llama.cpp" in s and "minutes" in s for s in top), "the llama.cpp build's time is not on the first screen"
     assert any("docs/tutorial.ipynb" in s for s in top), "the tutorial is not linked in README.md's first screen"
+    assert any("](#what-reproduces)" in s for s in top), "the verdicts in short do not link to the full table"
+    header, rows, _, _ = verdict_table(lines)
+    assert "robustness" in lines[header], "the sections' table has no 'robustness' column"
+    missing = [s for s in SECTIONS if not any(r[0].startswith(s) for r in rows)]
+    assert not missing, f"the sections' table has no row for {missing}"
+
+
+def test_the_verdicts_in_short_agree_with_the_full_table():
+    """Every claim of the paper's sections in the full table is named once in the first screen's
+    summary, under the word its verdicts over every reference give (:func:`summary_kind`)."""
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    said: dict[str, str] = {}
+    for s in " ".join(lines[:FIRST_SCREEN]).split("- **")[1:]:
+        word, _, rest = s.partition("**")
+        assert word in SUMMARY, f"the summary's words are {sorted(SUMMARY)}, not {word!r}"
+        for cid in claim_ids(rest):
+            assert cid not in said, f"{cid} is named twice in the summary"
+            said[cid] = SUMMARY[word]
+    _, rows, claim_col, verdict_col = verdict_table(lines)
+    want = {cid: summary_kind(r[verdict_col]) for r in rows if r[0].startswith("Sec.")
+            for cid in claim_ids(r[claim_col])}
+    assert want, "no claim ids in the full table"
+    wrong = {cid: (said.get(cid), kind) for cid, kind in want.items() if said.get(cid) != kind}
+    assert not wrong, f"the summary (said, the table's) differs: {wrong}"
+    assert not set(said) - set(want), f"the summary names claims the table does not: {sorted(set(said) - set(want))}"
+
+
+def test_the_summary_rule():
+    assert summary_kind("`gpt2`: INCONCLUSIVE; `tl-stack`: FAIL") == "does not"
+    assert summary_kind("`gpt2`: INCONCLUSIVE; `tl-stack`: PASS (3 of 12)") == "undecided"
+    assert summary_kind("reproduces: T1-T3 PASS") == "reproduces"
+    assert summary_kind("`a`: DEPENDS ON READING (FAIL by paths (x1)); `b`: PASS (seed 1 FAIL)") == "undecided"
+    assert claim_ids("L1-L2, A1 and T1-T3; C0-C3 at N = 4") == {"L1", "L2", "A1", "T1", "T2", "T3", "C0", "C1", "C2", "C3"}
 
 
 def test_the_results_folders_the_readme_names_exist():

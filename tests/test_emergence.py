@@ -110,8 +110,8 @@ def test_bad_inputs_are_one_line(tiny_run, tmp_path, cli):
 
 @pytest.mark.parametrize("n_paths", [0, 1, 2])
 def test_timeline_figures_lay_out_without_a_warning(tmp_path, n_paths):
-    """Issue 27: every `reproduce --preset smoke` warned "Tight layout not applied" (the
-    emergence summary of a circuit with one path was too short for its labels)."""
+    """Timeline figures lay out without a "Tight layout not applied" warning, a circuit of one
+    path included (its summary is tall enough for its labels)."""
     import warnings
 
     from stackedheads.emergence import Timeline, plot_timeline
@@ -129,7 +129,7 @@ def test_timeline_figures_lay_out_without_a_warning(tmp_path, n_paths):
 
 
 def test_a_run_config_whose_model_is_no_object_is_one_line(tmp_path, cli):
-    """Issue 27: `emergence` on a run whose config.json says "model": "x" was a traceback."""
+    """`emergence` on a run whose config.json says "model": "x" is one line, not a traceback."""
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.json").write_text(json.dumps({**presets.SEC9_SMOKE.to_dict(), "model": "x"}))
@@ -203,7 +203,7 @@ def _timeline_file(folder, seed, order, cfg, steps=(0, 80, 160)):
 
 
 def test_the_timeline_summary_covers_every_piece_timed_into_the_folder(tmp_path):
-    """A result trained in pieces (issue 39) times each piece into one folder: the summary
+    """A result trained in pieces times each piece into one folder: the summary
     counts the seeds already there as well as the new ones, and refuses another epoch axis."""
     from stackedheads.emergence import timeline_summary
     from stackedheads.errors import UsageError

@@ -1,4 +1,4 @@
-"""The local executor's worker processes and the thread policy (issue 17): results do not
+"""The local executor's worker processes and the thread policy: results do not
 depend on how many processes trained them (thread counts: tests/test_precision.py)."""
 
 import json

@@ -1,4 +1,4 @@
-"""TransformerLens interop (issue 41): every preset shape gives a HookedTransformer equal to ours, the
+"""TransformerLens interop: every preset shape gives a HookedTransformer equal to ours, the
 reverse loads back, what does not map is refused, and circuit validation's losses are recomputed
 with TransformerLens's hooks."""
 
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 # The `interop` extra (`make test` installs it), found without importing it: its 5 s import
-# would otherwise be paid by every pytest-xdist worker at collection (issue 42).
+# would otherwise be paid by every pytest-xdist worker at collection.
 if importlib.util.find_spec("transformer_lens") is None:
     pytest.skip("transformer_lens is not installed (the `interop` extra)", allow_module_level=True)
 

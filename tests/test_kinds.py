@@ -155,7 +155,7 @@ def test_a_copy_of_a_run_is_the_same_run(tmp_path, ckpt_run):
 @pytest.mark.slow
 def test_emergence_takes_the_circuits_of_a_copy_of_its_own_folder(cli, tmp_path, ckpt_run):
     """`cp -a` of a folder holding a run and its circuits: the copy's circuits name the original
-    run, which the copy is (item 26)."""
+    run, which the copy is."""
     original = tmp_path / "orig"
     copy_run(ckpt_run, original / "run")
     assert cli("circuit", "discover", original / "run", "--out", original / "circuits").code == 0

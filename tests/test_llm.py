@@ -332,7 +332,7 @@ def test_openai_no_retry_on_400(monkeypatch):
 
 def expire_when_server_has(srv: Server):
     """A deadline for OpenAIBackend._deadline that passes once the server holds the attempt's
-    request: under load a 0.1 s timeout gave up before the retry reached the server (issue 42)."""
+    request: under load a 0.1 s timeout gives up before the retry reaches the server."""
     attempts = []
 
     @contextlib.asynccontextmanager
@@ -517,7 +517,7 @@ def test_export_for_lm_eval_and_inspect(tmp_path):
 
 
 def test_inspect_task_parses_answers_as_the_benchmark_does(tmp_path):
-    """The exported task carries scoring's normalise and parse_answer (issue 28): run from
+    """The exported task carries scoring's normalise and parse_answer: run from
     the written file, they agree with the benchmark's on every formulation's answers, however
     a model dresses them."""
     export.export_questions([generate("equations", 2, seed=0, index=0)], tmp_path, few_shot_pool=0)
@@ -578,7 +578,7 @@ def test_hf_backend_runs_the_protocol(tiny_hf_model, tmp_path, mode):
     assert [d["text"] for r in rows for d in r["draws"]] == [d["text"] for r in rows2 for d in r["draws"]]
 
 
-# --- issue 27: URLs, keys and replies --------------------------------------------------------------
+# --- URLs, keys and replies ----------------------------------------------------------------------
 
 
 def _bench_args(out, *args):
@@ -588,7 +588,7 @@ def _bench_args(out, *args):
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:99999/v1", "http://[::1", "ftp://127.0.0.1/v1", "http:///v1"])
 def test_a_bad_base_url_is_one_line_and_writes_nothing(tmp_path, url, cli):
-    """Issue 27: a port out of range or an unclosed IPv6 bracket was a 153-line exception group."""
+    """A port out of range or an unclosed IPv6 bracket is one line naming --base-url."""
     code, _, stderr = cli(*_bench_args(tmp_path / "bench", "--base-url", url))
     assert code == 2 and "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
     assert "--base-url" in stderr and not (tmp_path / "bench").exists()
@@ -599,7 +599,7 @@ def test_a_bad_base_url_is_one_line_and_writes_nothing(tmp_path, url, cli):
 
 
 def test_a_key_in_the_base_url_query_is_never_written_or_shown(tmp_path, monkeypatch, cli, no_backoff):
-    """Issue 27: ``--base-url ...?api-key=KEY`` went to config.json and into error messages."""
+    """``--base-url ...?api-key=KEY``'s key goes neither to config.json nor into error messages."""
     from stackedheads import errors
 
     monkeypatch.setattr(errors, "_SECRETS", set())  # what this test registers stays here
@@ -625,7 +625,7 @@ def test_a_key_in_the_base_url_query_is_never_written_or_shown(tmp_path, monkeyp
 
 
 def test_an_html_reply_is_not_called_json(monkeypatch):
-    """Issue 27: a proxy's HTML page was reported as "a JSON str"."""
+    """A proxy's HTML page is reported as not JSON, quoting its start."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     backend = OpenAIBackend("m", "http://127.0.0.1:9/v1")
     with pytest.raises(Exception, match="not JSON: '<!DOCTYPE html>") as e:

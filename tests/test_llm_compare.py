@@ -1,4 +1,4 @@
-"""Several models in one Figure 2 (issue 14): per-model run folders, the comparison table and
+"""Several models in one Figure 2: per-model run folders, the comparison table and
 figures, `llm-bench --model A --model B`, `llm-compare`, claims L1/L2 per model, and the
 quick preset's LLM stage plan. Models are deterministic solvers (tests/prompt_solver.py)."""
 
@@ -142,8 +142,8 @@ def test_quick_preset_llm_stage_plan():
 
 
 def test_compare_refuses_answers_copied_from_another_models_folder(two_runs, tmp_path, cli):
-    """Issue 27: samples.jsonl copied from model A's folder into model B's made B score A's
-    answers. Compare checks every record's identity, as llm-bench does before it resumes."""
+    """samples.jsonl copied from model A's folder into model B's does not make B score A's
+    answers: compare checks every record's identity, as llm-bench does before it resumes."""
     mine = tmp_path / "shallow"
     shutil.copytree(two_runs / "shallow", mine)
     shutil.copy(two_runs / "deep" / runlog.SAMPLES, mine / runlog.SAMPLES)
@@ -160,7 +160,7 @@ def test_compare_refuses_answers_copied_from_another_models_folder(two_runs, tmp
 
 
 def test_compare_output_may_not_be_a_run_folder(two_runs, tmp_path, cli):
-    """Issue 27: `llm-compare -o` one of its inputs overwrote that run's figure2.png."""
+    """`llm-compare -o` one of its inputs is refused: that run's figure2.png stays."""
     runs = tmp_path / "runs"
     shutil.copytree(two_runs, runs)
     before = {p: p.read_bytes() for p in (runs / "shallow").iterdir()}

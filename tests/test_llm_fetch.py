@@ -130,8 +130,8 @@ def test_cli_fetch_error_is_one_line(tmp_path, monkeypatch, cli):
 
 
 def test_a_busy_cache_is_one_line_without_out(tmp_path, monkeypatch, cli):
-    """Issue 27: `models fetch` said "choose another --out" when another process held its cache
-    (it has no --out)."""
+    """`models fetch` while another process holds its cache names the cache, not "--out" (it
+    has none)."""
     from stackedheads.storage import FolderLock
 
     monkeypatch.setenv("STACKEDHEADS_CACHE", str(tmp_path))

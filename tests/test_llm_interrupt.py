@@ -89,8 +89,8 @@ def test_ctrl_c_stops_the_in_process_model_mid_answer(tmp_path):
 
 @needs_smollm2
 def test_the_model_is_never_freed_under_a_draw():
-    """`llm-bench -b llamacpp` under Ctrl-C crashed (SIGSEGV, "free(): corrupted unsorted chunks"):
-    closing the backend freed the model while a worker thread was still decoding with it. Here a
+    """`llm-bench -b llamacpp` under Ctrl-C frees the model only once no worker thread decodes
+    with it (else llama.cpp crashes: SIGSEGV, "free(): corrupted unsorted chunks"). Here a
     draw is held mid-decode (at its first token) until closing has begun; the model must be
     freed only after that draw has ended."""
     from stackedheads.llm import bench

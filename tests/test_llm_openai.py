@@ -157,7 +157,7 @@ def test_a_key_that_is_no_word_of_the_run_is_hidden_and_rewrites_nothing(tmp_pat
     ("--max-retries", -1, "--max-retries must be >= 0, got -1"),
 ])
 def test_concurrency_and_retries_are_bounded(tmp_path, monkeypatch, cli, option, value, says):
-    """`--concurrency 100000` and `--max-retries 1000000` were accepted."""
+    """`--concurrency 100000` and `--max-retries 1000000` are refused: both are bounded."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key-0000")
     out = tmp_path / "b"
     code, _, err = cli(*BENCH_ONE, "--base-url", "http://127.0.0.1:9/v1", option, value, "--out", out)

@@ -88,7 +88,7 @@ def test_discover_and_emergence_leave_nothing_when_they_refuse_their_input(cli, 
     assert list(kept.iterdir()) == []
 
 def test_a_full_disk_names_the_file_being_written(tmp_path, monkeypatch, cli):
-    """44.17: a full disk's "[Errno 28]" named no path: the write happens on a descriptor."""
+    """A full disk's "[Errno 28]" names the file, though the write happens on a descriptor."""
     import errno
     import os as os_mod
 
@@ -107,7 +107,7 @@ def test_a_full_disk_names_the_file_being_written(tmp_path, monkeypatch, cli):
 
 
 def test_an_output_that_is_a_dangling_link_or_a_folder_is_named_plainly(tmp_path, cli):
-    """44.17: a dangling-symlink --out said "File exists"; `prompts --out DIR` named its temp file."""
+    """A dangling-symlink --out is named as such, not "File exists"; `prompts --out DIR` names DIR, not a temp file."""
     (tmp_path / "link").symlink_to(tmp_path / "nowhere")
     r = cli("train", "--preset", "smoke", "--out", tmp_path / "link")
     assert r.code == 2 and one_error(r.err) and "symbolic link to a path that does not exist" in r.err

@@ -76,7 +76,7 @@ def test_a_result_in_pieces_publishes_into_a_group_the_report_reads(pieces, tmp_
 
 
 def test_a_result_from_pieces_on_two_devices_names_both(pieces, tmp_path):
-    """A CPU seed beside GPU seeds (issue 39's float32 choice) is one result, shown as both."""
+    """A CPU seed beside GPU seeds (float32 on both) is one result, shown as both."""
     import json
     import shutil
 

@@ -1,4 +1,4 @@
-"""Low precision (issue 24): every preset's shape trains a step in float32 and bfloat16 (compiled:
+"""Low precision: every preset's shape trains a step in float32 and bfloat16 (compiled:
 test_compile.py), with the bfloat16 loss within a stated tolerance of the float32 one; "auto"
 resolves per machine and is recorded; thread counts change the bits only within a tolerance."""
 

@@ -81,7 +81,7 @@ def test_publish_keeps_what_claims_judges_for_every_kind(cli, kinds, tmp_path, k
     r = cli("publish", kinds / kind, "--name", "t1", *PUBLISH, "--results", tmp_path / "res")
     assert r.code == 0, r.err
     assert claims_json(cli, tmp_path / "res" / "t1") == before
-    if kind == "figure4":  # the case: C0 FAIL, C1-C3 INCONCLUSIVE, never NOT RUN
+    if kind == "figure4":  # the figure4 kind: C0 FAIL, C1-C3 INCONCLUSIVE, never NOT RUN
         assert before[1] and all(v != "NOT RUN" for v, _ in before[1].values())
         from stackedheads import references
 
@@ -92,7 +92,7 @@ def test_publish_keeps_what_claims_judges_for_every_kind(cli, kinds, tmp_path, k
 def test_publish_refuses_a_copy_that_would_judge_otherwise(cli, kinds, tmp_path, monkeypatch):
     from stackedheads import references
 
-    monkeypatch.setitem(references._NEEDS, "figure4 sweep", ())  # as publish kept it before the fix
+    monkeypatch.setitem(references._NEEDS, "figure4 sweep", ())  # a publish that keeps none of the files its claims read
     refused(cli("publish", kinds / "figure4", "--name", "t1", *PUBLISH, "--results", tmp_path / "res"), "--include")
     assert not (tmp_path / "res").exists()
 

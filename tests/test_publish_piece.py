@@ -1,5 +1,5 @@
 """``stackedheads publish-piece``: a piece of a result trained a few seeds at a time, published
-beside the pieces before it; bad input is one line and nothing written (issue 76 items 3, 13)."""
+beside the pieces before it; bad input is one line and nothing written."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The training recipe (issue 13) and the run folder's crash safety (issue 15, training part)."""
+"""The training recipe and the run folder's crash safety."""
 
 import dataclasses
 import json
@@ -274,7 +274,7 @@ def test_cut_off_metrics_line_is_dropped_on_resume(tmp_path):
 
 def test_damaged_summary_of_a_finished_run_is_rebuilt(tmp_path):
     first = train(RECIPE, tmp_path)
-    (tmp_path / "summary.json").write_text("")  # what a full disk used to leave
+    (tmp_path / "summary.json").write_text("")  # what a full disk can leave of a file written in place
     again = train(RECIPE, tmp_path)
     assert again["seeds"] == first["seeds"]
     assert json.loads((tmp_path / "summary.json").read_text())["seeds"] == first["seeds"]

@@ -1,5 +1,5 @@
 """Reference results (references.py, `stackedheads publish`): what results/ keeps is what a fresh
-clone has (issue 25), publish never reaches outside its source or writes what git ignores, and
+clone has, publish never reaches outside its source or writes what git ignores, and
 the tracked references judge as the README says."""
 
 from __future__ import annotations
@@ -276,7 +276,7 @@ def test_results_sec9_is_the_whole_ensemble_and_re_judges_to_its_published_table
 
 
 def test_results_sec8_decides_a1_over_three_seeds_of_24000_steps_from_a_fresh_clone(tmp_path, cli):
-    """Issue 40: three seeds trained the paper's 24,000 steps; A1 decided from the tracked files."""
+    """Three seeds trained the paper's 24,000 steps; A1 decided from the tracked files."""
     folder = fresh_copy(tmp_path, "sec8/gpt2")
     config = json.loads((folder / "circuits" / "runs" / "transformers-A-C" / "config.json").read_text())
     assert config["steps"] == 24_000 and config["seeds"] == [0, 1, 2]
@@ -337,7 +337,7 @@ def test_a_published_run_is_judged_the_same_from_a_clone(cli, tmp_path):
 
 
 def test_results_readme_is_what_the_tracked_references_write(tmp_path):
-    """results/README.md lists every tracked reference as its reference.json says (issue 74.3)."""
+    """results/README.md lists every tracked reference as its reference.json says."""
     for rel in tracked("results"):
         if rel.endswith("/" + references.REFERENCE_FILE):
             (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -388,7 +388,7 @@ def test_a_nested_reference_is_named_by_its_path_and_indexed_at_the_results_fold
         references.publish(src, root / "elsewhere", name="sec9/x", title="t", command="c", commit="0" * 40, wall_s=1.0)
 
 
-# --- publish: issue 76 items 9, 10, 22, 25 ---------------------------------------------------------
+# --- publish: staging, sources, what git ignores ---------------------------------------------------
 
 
 def test_a_later_publish_removes_the_staging_folders_of_killed_publishes(cli, tmp_path):

@@ -96,7 +96,7 @@ def test_a_published_emergence_stage_is_judged_in_the_reference_section(smoke, t
 
 
 def test_twin_seeds_runs_a_seed_as_the_demo_does(smoke, tmp_path):
-    """studies/twin_seeds.py (issue 42's seed study of the twins) runs one seed's stage as
+    """studies/twin_seeds.py (the seed study of the twins) runs one seed's stage as
     `reproduce` does: the demo's own circuits stage is the oracle for its loss and A1-A5."""
     import importlib.util
     import os
@@ -177,8 +177,8 @@ def test_theory_claims_pass_on_the_simulation_and_fail_on_a_broken_row():
 
 
 def test_smoke_models_prove_nothing_about_circuits(smoke, cli):
-    """The smoke models learn nothing: no circuit or emergence claim may pass (issue 12: A3
-    and E1 used to), and the command re-evaluates the same verdicts from the files."""
+    """The smoke models learn nothing: no circuit or emergence claim may pass (A3 and E1
+    included), and the command re-evaluates the same verdicts from the files."""
     verdicts = {c["id"]: c["verdict"] for c in json.loads((smoke / "report" / "claims.json").read_text())}
     for cid in ("A2", "A3", "A4", "A5", "E1", "E2", "E3"):
         assert verdicts[cid] == claims.INCONCLUSIVE, cid
@@ -265,7 +265,7 @@ def test_report_in_headless_chromium(smoke, tmp_path):
         assert broken == ["img/figure4__figure4.png"]
 
 
-# --- issue 27 ------------------------------------------------------------------------------------
+# --- damaged folders and bad options ---------------------------------------------------------------
 
 THEORY_ONLY = ("--skip", "prompts", "--skip", "llm", "--skip", "figure4", "--skip", "circuits", "--skip", "emergence")
 
@@ -277,9 +277,9 @@ def _verdicts(cli, out: Path) -> dict[str, str]:
 
 
 def test_following_the_advice_for_a_damaged_file_rebuilds_it(smoke, tmp_path, cli):
-    """Issue 27: a damaged circuits/discovered/seed0/summary.json or figure4/sweep.json said
-    "delete it"; after that the stage showed "done earlier", rebuilt nothing, and A1-A5 / C0-C3
-    became NOT RUN. A stage's done marker vouches for its files: the re-run rebuilds them."""
+    """A damaged circuits/discovered/seed0/summary.json or figure4/sweep.json is rebuilt by the
+    re-run, not shown "done earlier" with A1-A5 / C0-C3 NOT RUN: a stage's done marker vouches
+    for its files."""
     out = tmp_path / "copy"
     shutil.copytree(smoke, out)
     before = _verdicts(cli, out)
@@ -302,8 +302,8 @@ def test_following_the_advice_for_a_damaged_file_rebuilds_it(smoke, tmp_path, cl
 
 @pytest.mark.slow
 def test_a_deleted_or_damaged_run_file_is_rebuilt_as_said(tmp_path, cli, smoke):
-    """Issue 76.8: a run's deleted config.json or metrics.csv, or a metrics.csv that is not UTF-8,
-    made `reproduce` say "running the stage again to rebuild it" and rebuild nothing."""
+    """A run's deleted config.json or metrics.csv, or a metrics.csv that is not UTF-8: when
+    `reproduce` says "running the stage again to rebuild it", it rebuilds it."""
     out = tmp_path / "copy"
     shutil.copytree(smoke, out)
     before = _verdicts(cli, out)
@@ -351,21 +351,21 @@ def test_a_missing_stage_file_reruns_its_stage(tmp_path, cli):
     (("--llm-threads", "2", "--skip", "llm"), "--llm-* options do not apply with --skip llm"),
 ])
 def test_llm_options_for_the_presets_model_are_validated(tmp_path, args, message, cli):
-    """Issue 27: `--llm-concurrency 0` with the preset's backend was silently recorded as 1."""
+    """`--llm-concurrency 0` with the preset's backend is refused, not recorded as 1."""
     code, _, stderr = cli("reproduce", "--preset", "smoke", "--out", str(tmp_path / "rep"), *args)
     assert code == 2 and message in stderr and "Traceback" not in stderr, stderr
     assert not (tmp_path / "rep").exists()
 
 
 def test_report_refusing_a_folder_leaves_nothing_behind(tmp_path, cli):
-    """Issue 27: `report /` created /.lock before refusing the folder."""
+    """`report /` refuses the folder before writing anything there (no /.lock)."""
     code, _, stderr = cli("report", str(tmp_path))
     assert code == 2 and "not a reproduce folder" in stderr
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_busy_folder_is_one_line_without_out(tmp_path, cli):
-    """Issue 27: `report` said "choose another --out" (it has none)."""
+    """`report` on a held folder does not advise "another --out" (it has none)."""
     from stackedheads.storage import FolderLock
 
     out = tmp_path / "rep"
@@ -378,7 +378,7 @@ def test_a_busy_folder_is_one_line_without_out(tmp_path, cli):
 
 @pytest.mark.parametrize("change", [{"preset": "smoke"}, {"device": 3}, {"llm": "smollm2"}])
 def test_a_reproduce_config_of_the_wrong_shape_says_so(tmp_path, change, cli):
-    """Issue 27: a config.json with fields of the wrong type was called "another preset"."""
+    """A config.json with fields of the wrong type is named as damaged, not "another preset"."""
     out = tmp_path / "rep"
     code, _, stderr = cli("reproduce", "--preset", "smoke", "--out", str(out), *THEORY_ONLY)
     assert code == 0, stderr

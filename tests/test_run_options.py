@@ -12,7 +12,7 @@ MOST = MAX_THREADS_PER_CORE * available_cores()
 
 
 def test_train_threads_message_states_the_rule_it_applies(tmp_path, cli):
-    """44.17: "threads must lie in [1, 1024]" while 9-1024 were refused on a 2-core machine."""
+    """The threads message states the rule it applies (a count per core), not a fixed range."""
     for threads in (0, MOST + 1):
         code, _, err = cli("train", "--preset", "smoke", "--out", tmp_path / "t", "--threads", threads)
         assert code == 2 and one_error(err), err
@@ -30,7 +30,7 @@ def test_api_thread_count_is_bounded_by_the_machine_that_trains(tmp_path):
 
 
 def test_unknown_executor_is_named_before_its_options(tmp_path, cli):
-    """43.10: `reproduce --executor bogus --threads 1` talked about Ray."""
+    """`reproduce --executor bogus --threads 1` names the unknown executor, not Ray."""
     code, _, err = cli("reproduce", "--preset", "smoke", "--out", tmp_path / "r", "--executor", "bogus", "--threads", 1)
     assert code == 2 and one_error(err), err
     assert "unknown executor 'bogus'" in err and "Ray" not in err

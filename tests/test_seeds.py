@@ -241,7 +241,7 @@ def test_a_reference_whose_seed_table_cannot_be_made_keeps_its_claims(tmp_path):
 
 def test_markdown_shows_labels_and_folder_names_literally(tmp_path, cli):
     """A label or folder name holding a tag or '|' is text in seeds --markdown: no raw HTML, no
-    extra table cell (issue 76 item 20)."""
+    extra table cell."""
     hostile = "a|b<img src=x onerror=alert(1)>"
     folder = emergence_folder(tmp_path / hostile, [0.03], [timeline(PAPER_SEEN, PAPER_SERVES, REDUNDANT)])
     other = emergence_folder(tmp_path / "other", [0.01], [timeline(PAPER_SEEN, PAPER_SERVES, REDUNDANT)])

@@ -18,8 +18,8 @@ def _snapshot(folder: Path) -> dict:
 
 @pytest.mark.parametrize("done", ["[]", '{"wall_s": NaN}', '{"wall_s": -3}', '{"wall_s": "1 h"}'])
 def test_claims_and_report_read_done_json_alike(tmp_path, cli, done):
-    """43.19: claims accepted a done.json of [] that report refused; 44.6: "wall_s": NaN
-    crashed report's _duration."""
+    """claims and report read a done.json alike: [] and a "wall_s" that is NaN, negative or not a
+    number are damage to both."""
     run = reproduce_folder(tmp_path)
     (run / "theory").mkdir()
     (run / "theory" / "done.json").write_text(done)
@@ -32,7 +32,7 @@ def test_claims_and_report_read_done_json_alike(tmp_path, cli, done):
 
 
 def test_report_on_a_wrong_typed_config_says_what_is_wrong(tmp_path, cli):
-    """43.10: it said there was no config.json."""
+    """A config.json of the wrong types is named for what is wrong in it, not as missing."""
     run = tmp_path / "rep"
     run.mkdir()
     (run / "config.json").write_text('{"preset": "smoke", "llm": null}')

@@ -119,7 +119,7 @@ def _folder_of(kind: str, folder):
 
 @pytest.mark.parametrize("kind", ["train", "llm-bench"])
 def test_figure4_refuses_a_folder_of_another_kind(tmp_path, kind):
-    """Issue 27: `sweep figure4` into a train or llm-bench folder was accepted."""
+    """`sweep figure4` into a train or llm-bench folder is refused."""
     before = _folder_of(kind, tmp_path / "out")
     with pytest.raises(UsageError, match=f"another kind of output \\({'training run' if kind == 'train' else 'llm-bench run'}\\)"):
         sweep.run_figure4(presets.figure4("smoke"), tmp_path / "out")
@@ -127,7 +127,7 @@ def test_figure4_refuses_a_folder_of_another_kind(tmp_path, kind):
 
 
 def test_depth_sweep_refuses_a_figure4_folder(tmp_path):
-    """Issue 27: `sweep depth --out <a figure4 folder>` overwrote its summary.csv and claims.json."""
+    """`sweep depth --out <a figure4 folder>` is refused: its summary.csv and claims.json stay."""
     from stackedheads import depth
 
     before = _folder_of("figure4", tmp_path / "out")
@@ -166,7 +166,7 @@ def test_sweep_rebuilds_a_damaged_run_summary(ckpt_run, tmp_path):
     cfg = TrainConfig.from_dict(json.loads((ckpt_run / "config.json").read_text()))
     job = Job("ic-D2-L3", "ic", cfg)
     folder = copy_run(ckpt_run, run_dir(tmp_path, job))
-    (folder / "summary.json").write_text("")  # what a full disk used to leave
+    (folder / "summary.json").write_text("")  # what a full disk can leave of a file written in place
     rows = sweep.job_rows([job], tmp_path)
     assert rows and rows[0]["layers"] == 3
     assert json.loads((folder / "summary.json").read_text())["seeds"]

@@ -12,7 +12,7 @@ GB = 2**30
 
 @pytest.fixture
 def machine_of_24_gb(monkeypatch):
-    """The memory of the machine the issue was found on, whatever runs the test."""
+    """A machine of 24 GB of memory, whatever runs the test."""
     from stackedheads.training import config
 
     monkeypatch.setattr(config, "machine_memory", lambda device: {"host": 24 * GB, "device": 24 * GB})

@@ -95,7 +95,7 @@ def test_plot_writes_png_and_svg(tmp_path):
 
 
 def test_a_full_disk_never_leaves_an_empty_figure(tmp_path, monkeypatch):
-    """Issue 27: a full disk left 0-byte theory.png/.svg (matplotlib wrote the files in place)."""
+    """A full disk leaves no 0-byte theory.png/.svg: figures are written atomically."""
     import errno
 
     from matplotlib.figure import Figure

@@ -215,8 +215,8 @@ def test_train_cli_bad_input_is_one_line(tmp_path, cli):
 
 
 def test_a_checkpoint_from_another_run_is_refused(tmp_path):
-    """Issue 27: a checkpoint copied in from another run (its metadata says another step, or
-    another config) was resumed by `train` and analysed by `circuit discover`."""
+    """A checkpoint copied in from another run (its metadata says another step, or another
+    config) is neither resumed by `train` nor analysed by `circuit discover`."""
     import shutil
 
     from stackedheads.circuits.discover import discover_run
@@ -252,8 +252,8 @@ def _train_args(out, *args):
 @pytest.mark.parametrize("args", [("--pe-base", "nan"), ("--pe-base", "inf"), ("--lr", "nan"),
                                   ("--seeds", "99999999999999999999"), ("--seeds", "-1")])
 def test_bad_numbers_are_one_line_and_write_nothing(tmp_path, args, cli):
-    """Issue 27: --pe-base nan left a folder behind (a traceback), a seed beyond int64 wrote a
-    config.json that blocked the corrected run, and --seeds -1 was accepted (sweep depth refused it)."""
+    """--pe-base nan, a seed beyond int64 and --seeds -1 are one line each and leave no folder
+    behind to block the corrected run (sweep depth refuses the same)."""
     code, _, stderr = cli(*_train_args(tmp_path / "run", *args))
     assert code == 2 and "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
     assert args[0] in stderr and not (tmp_path / "run").exists()
@@ -264,8 +264,8 @@ def test_bad_numbers_are_one_line_and_write_nothing(tmp_path, args, cli):
 @pytest.mark.slow
 @pytest.mark.parametrize("threads", ["100000", "1000"])
 def test_absurd_thread_counts_are_one_line(tmp_path, threads, cli_process):
-    """Issue 27: --threads 100000 crashed the process (exit 139). A separate process: a crash
-    must not take the test session with it."""
+    """--threads 100000 is one line, not a crash. A separate process: a crash must not take the
+    test session with it."""
     r = cli_process(*_train_args(tmp_path / "run", "--threads", threads))
     assert r.code == 2 and "threads must" in r.err and "Traceback" not in r.err, r.err
     assert len(r.err.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
@@ -273,7 +273,7 @@ def test_absurd_thread_counts_are_one_line(tmp_path, threads, cli_process):
 
 @pytest.mark.parametrize("part", ["model", "optim"])
 def test_a_run_config_with_a_part_that_is_no_object_is_one_line(tmp_path, part, cli):
-    """Issue 27: a run's config.json with "model": "x" was a traceback."""
+    """A run's config.json with "model": "x" is one line, not a traceback."""
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.json").write_text(json.dumps({**presets.get("smoke").to_dict(), part: "x"}))
@@ -413,7 +413,7 @@ def test_summary_of_the_wrong_shape_is_rebuilt(ckpt_run, tmp_path, cli):
     assert json.loads((run / "summary.json").read_text())["seeds"] == good["seeds"]
 
 
-# --- a run that cannot start leaves nothing to block the next (issue 76.17) -------------------------
+# --- a run that cannot start leaves nothing to block the next --------------------------------------
 
 
 def test_out_of_memory_while_building_is_one_line_and_leaves_no_config(tmp_path, monkeypatch, cli):
@@ -453,7 +453,7 @@ def test_redaction_without_memory_shows_nothing_unredacted(monkeypatch):
     assert errors.redact("key sk-secret-value-123") == errors.NO_MEMORY
 
 
-# --- a run's config.json with impossible values names the file (issue 76.18) ---------------------------
+# --- a run's config.json with impossible values names the file -----------------------------------------
 
 
 @pytest.mark.parametrize("change", [{"task": {"chains": None}}, {"optim": {"lr": "NaN"}}])
@@ -473,7 +473,7 @@ def test_a_damaged_run_config_names_the_file_not_an_option(ckpt_run, tmp_path, c
     assert str(run / "config.json") in r.err and "--chains" not in r.err and "--lr" not in r.err, r.err
 
 
-# --- process counts follow the threads rule (issue 76.16) ----------------------------------------------
+# --- process counts follow the threads rule -----------------------------------------------------------
 
 
 @pytest.mark.parametrize("verb", [["sweep", "figure4", "--preset", "smoke"], ["sweep", "depth", "--preset", "smoke"],

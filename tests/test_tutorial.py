@@ -1,4 +1,4 @@
-"""docs/tutorial.ipynb (issue 75): committed without outputs, its run time stated, and executed top
+"""docs/tutorial.ipynb: committed without outputs, its run time stated, and executed top
 to bottom in a fresh kernel, failing on any cell's error; what it shows is checked in what it wrote."""
 
 from __future__ import annotations

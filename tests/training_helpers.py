@@ -14,7 +14,7 @@ BF16_REL_TOL = 0.02
 def one_step(preset: str, members: int, dtype: str, out, compile: bool = False) -> dict:
     """One real training step (``train``) at the preset's architecture, on a small batch. The
     validation batch is the training batch's size: under torch.compile another size compiles
-    the step again with a dynamic batch (a cold inductor's 7 s per dtype, issue 42)."""
+    the step again with a dynamic batch (a cold inductor's 7 s per dtype)."""
     cfg = presets.get(preset).override(
         seeds=tuple(range(members)), steps=2, batch_size=8, n_train=64, n_val=8, eval_every=1,
         final_window=1, ckpt_every=2, warmup_steps=0, keep_checkpoints=False, dtype=dtype, compile=compile,

@@ -1,7 +1,7 @@
 """The type check every config dataclass runs first in its ``__post_init__``: one validation for a
-config built by the command line, the Python API or read from a config.json. The API passed
-``steps="10"``, ``steps=True`` or ``steps=nan`` through to a raw TypeError deep in training, or
-to a run folder the CLI then called damaged."""
+config built by the command line, the Python API or read from a config.json: ``steps="10"``,
+``steps=True`` or ``steps=nan`` are refused here, in one line naming the field, before any
+training or run folder."""
 
 from __future__ import annotations
 

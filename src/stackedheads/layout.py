@@ -51,7 +51,7 @@ def stage_done(stage: RunFolder, name: str, note: bool = True) -> dict | None:
     that a stage will run again)."""
     saved = stage.done(f"the {name} stage's summary")
     wall = saved.get("wall_s") if saved is not None else 0.0
-    # Written last: its absence means damage; a NaN or a negative time crashed the report.
+    # Written last: its absence means damage; a NaN or a negative time is damage too.
     if isinstance(wall, bool) or not isinstance(wall, (int, float)) or not math.isfinite(wall) or wall < 0:
         raise UsageError(f"{stage.path / DONE} is damaged (no wall_s of seconds): delete it to run the {name} stage again (it resumes)")
     if stage.missing is not None and note:

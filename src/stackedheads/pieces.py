@@ -1,7 +1,7 @@
 """One result trained in pieces: training runs that hold different seeds of the same settings.
 
 A paper-size training is longer than a session of a 2-core CPU (transformer D's four seeds, or
-one of transformers A-C's 24,000-step seeds: issues 39 and 40), so it is trained a seed or two
+one of transformers A-C's 24,000-step seeds), so it is trained a seed or two
 per run and the runs are read as one result. A stage folder keeps its training run at
 ``runs/<name>`` (:func:`stackedheads.layout.training_run`) and further pieces beside it at
 ``runs/<name>-<anything>`` (``runs/transformer-D-seed2``); the stage's readers (``claims``,

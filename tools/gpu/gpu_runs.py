@@ -1,5 +1,5 @@
 """Trainings on one lent GPU under one deadline, each analysed on the machine's CPUs as it ends
-(issues 39 and 40: a lent GPU gives 15 minutes, in calls of at most 10).
+(a lent GPU gives 15 minutes, in calls of at most 10).
 
     python3 tools/gpu/gpu_runs.py OUT DEADLINE_S PRESET:RECIPE:SEEDS[:DTYPE] ...
 
@@ -152,7 +152,7 @@ def analysis_jobs(name, preset, seeds, root, timelines):
     seed (ROOT/NAME-analysis/discovered-S), then per seed Figure 5's maps (sec8) or, where the
     checkpoints were kept (``timelines``), Sec. 9's timeline (timeline-S). A seed's timeline waits
     for its own circuits alone: a discovery that outlasts the deadline (on a model that memorised
-    and never generalised, over 6 minutes, 2026-11-27) holds back no other seed's."""
+    and never generalised: over 6 minutes) holds back no other seed's."""
     run, an = root / name, root / f"{name}-analysis"
     jobs = {f"discover-{s}": (cli("circuit", "discover", run, "--seeds", s, "--threshold", "0.05", "--out", an / f"discovered-{s}"), [])
             for s in seeds}

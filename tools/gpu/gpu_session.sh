@@ -1,10 +1,10 @@
 #!/bin/bash
-# One lent-GPU call for issues 39 and 40 (docs/training.md, 'The recipe screen'):
+# One lent-GPU call for the recipe screen and Sec. 8 (docs/training.md, 'The recipe screen'):
 #     bash tools/gpu/gpu_session.sh LIMIT_S RUN...
 # LIMIT_S is the call's own timeout; RUN as tools/gpu/gpu_runs.py takes them, highest priority first;
 # a run of the preset sec8 (24,000 steps) is dropped where the graphed step fails its test, as
 # eager steps cannot end it in one call. Everything it says goes to $OUT/setup.log too.
-# DEMO_MATRIX=CPUS (a taskset list, e.g. 10-15) runs issue 42's tools/maintenance/demo_matrix.py on those of
+# DEMO_MATRIX=CPUS (a taskset list, e.g. 10-15) runs tools/maintenance/demo_matrix.py on those of
 # the host's cores beside the runs, its cells at once, resumed by the next call on a warm machine;
 # its records and table come back in $OUT/demo-matrix.
 #

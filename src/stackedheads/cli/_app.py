@@ -5,8 +5,60 @@ from __future__ import annotations
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from stackedheads.errors import UsageError
+
+# The verbs as `stackedheads --help` lists them: panels in the pipeline's order (reproduce; the
+# stages; judging; language models; the maintainers' verbs last), each verb with the one line shown
+# beside it (short enough for one line at 80 columns; the verb's own --help keeps its docstring).
+VERB_PANELS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    ("Reproduce the paper", (
+        ("reproduce", "every stage into one folder, then its HTML report"),
+    )),
+    ("The stages, in the pipeline's order", (
+        ("prompts", "retrieval questions in five formulations (Sec. 3-4)"),
+        ("theory", "minimum layers, information-flow model (Sec. 5)"),
+        ("train", "one ensemble of transformers (Sec. 7-9)"),
+        ("sweep", "grids of training runs: Figure 4, depth"),
+        ("attention", "attention maps per layer and head (App. C)"),
+        ("circuit", "discover or validate circuits (Sec. 8, App. E)"),
+        ("emergence", "attention per circuit path over training (Sec. 9)"),
+    )),
+    ("Judging", (
+        ("claims", "re-judge every claim of a folder from its files"),
+        ("seeds", "Sec. 8-9 seed by seed; recipes by distance"),
+        ("report", "write a folder's offline HTML report"),
+    )),
+    ("Language models (Sec. 4)", (
+        ("models", "the local models --model names; fetch one"),
+        ("llm-bench", "a language model on the formulations (Fig. 2)"),
+        ("llm-compare", "several llm-bench folders side by side"),
+    )),
+    ("Maintainers: the published references", (
+        ("publish", "keep a run's small files in results/"),
+        ("publish-piece", "add one piece of a Sec. 8-9 run to a reference"),
+        ("results-index", "write results/README.md again"),
+    )),
+)
+OTHER_PANEL = "Other verbs"  # a verb no panel names (each verb belongs in one: tests/test_cli_help.py)
+_PLACES = {verb: (panel, line) for panel, verbs in VERB_PANELS for verb, line in verbs}
+
+
+class _PipelineGroup(TyperGroup):
+    """The app's verbs in :data:`VERB_PANELS`' order and panels, one line each; a verb no panel
+    names comes last, under :data:`OTHER_PANEL`, with its docstring's first paragraph on one line."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        for name, command in self.commands.items():
+            panel, line = _PLACES.get(name, (OTHER_PANEL, None))
+            command.rich_help_panel = panel
+            command.short_help = line or " ".join((command.help or "").split("\n\n")[0].split())
+
+    def list_commands(self, ctx) -> list[str]:
+        return sorted(self.commands, key=lambda name: list(_PLACES).index(name) if name in _PLACES else len(_PLACES))
+
 
 app = typer.Typer(
     name="stackedheads",
@@ -14,6 +66,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=_PipelineGroup,
 )
 console = Console(stderr=True)
 

@@ -120,6 +120,22 @@ def reproduce_cmd(
     console.print(f"report: {report}")
 
 
+def _id_ranges(ids: list[str]) -> str:
+    """Claim ids with consecutive numbers of one letter as a range: L1, L2, T1, T2, T3 -> "L1-L2, T1-T3"."""
+    import re
+
+    groups: list[list[tuple[str, int]]] = []
+    for cid in ids:
+        m = re.fullmatch(r"([A-Za-z]+)(\d+)", cid)
+        key = (m.group(1), int(m.group(2))) if m else (cid, -1)
+        if groups and m and groups[-1][-1][0] == key[0] and groups[-1][-1][1] == key[1] - 1:
+            groups[-1].append(key)
+        else:
+            groups.append([key])
+    return ", ".join(f"{g[0][0]}{g[0][1]}" + (f"-{g[-1][0]}{g[-1][1]}" if len(g) > 1 else "") if g[0][1] >= 0 else g[0][0]
+                     for g in groups)
+
+
 @app.command("claims")
 def claims_cmd(
     run_dir: Path = typer.Argument(..., help="A `reproduce`, `sweep figure4`, `sweep depth` or `llm-compare` folder."),
@@ -129,7 +145,7 @@ def claims_cmd(
 ) -> None:
     """Re-evaluate every claim of a folder from its files (no training): PASS, FAIL, INCONCLUSIVE or NOT RUN,
     under the primary reading, with whether every reading of the paper agrees."""
-    from stackedheads.claims import claims_table, folder_claims, readings_table
+    from stackedheads.claims import NOT_RUN, claims_table, folder_claims, readings_table
     from stackedheads.claims.readings import check_names
 
     check_names(reading)
@@ -139,7 +155,11 @@ def claims_cmd(
     if as_json:
         sys.stdout.write(json.dumps([c.to_dict() for c in found], indent=2) + "\n")
         return
-    Console().print(claims_table(found, f"claims of {run_dir}"))
+    held = [c for c in found if c.verdict != NOT_RUN]  # the claims this folder's files can judge
+    Console().print(claims_table(held or found, f"claims of {run_dir}"))
+    if held and len(held) < len(found):
+        others = _id_ranges([c.id for c in found if c.verdict == NOT_RUN])
+        print(f"NOT RUN (nothing in this folder measures them): {others}")
     if readings or reading:
         for table in readings_table(found, reading):
             Console().print(table)
@@ -166,29 +186,9 @@ def seeds_cmd(
     if as_markdown:
         sys.stdout.write(seeds.markdown(runs))
         return
-    out = Console()
+    from stackedheads.seeds.render import print_console
 
-    def table(title: str, head: list[str], rows: list[list[str]]) -> None:
-        t = Table(title=title)
-        for h in head:
-            t.add_column(h, overflow="fold")
-        for r in rows:
-            t.add_row(*r)
-        out.print(t)
-
-    for run in runs:
-        table(f"{run.label}: {run.section}, {seeds.recipe_text(run.recipe)}", *seeds.seed_table(run))
-        for line in seeds.distribution_lines(run):
-            out.print(f"  {line}", highlight=False)
-    head, rows = seeds.distance_table(runs)
-    if rows:
-        table("Distance to Sec. 9's curriculum (|ln plateau/450| + |ln final/0.031| + share out of order)", head, rows)
-    if state := seeds.screen(runs):
-        table(seeds.screen_title(state), *seeds.screen_table(state))
-        if line := seeds.closest_line(state):
-            out.print(line, highlight=False)
-    for line in seeds.comparison_lines(comparison):
-        out.print(line, highlight=False)
+    print_console(runs, comparison, Console())
 
 
 @app.command("report")

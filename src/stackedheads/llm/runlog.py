@@ -68,7 +68,7 @@ def stored(value: Any) -> Any:
 def scored(value: Any) -> Any:
     """A scored value (an answer word, or a list of them) as it is stored. One that holds a
     registered secret (an API key equal to an answer word) is stored as a hash of it, not as
-    "***": every answer became "***", so the log no longer said which answer was given. Equal
+    "***" (every such answer would read "***" and the log could not say which was given). Equal
     words keep equal hashes, so a stored final still equals the stored answer it matched."""
     if isinstance(value, list):
         return [scored(v) for v in value]

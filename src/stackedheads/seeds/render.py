@@ -1,4 +1,10 @@
-"""The seeds' tables and lines, for the console, the report and Markdown."""
+"""The seeds' tables and lines, for the console, the report and Markdown.
+
+On the console no number is ever broken across lines, whatever the terminal's width: a column is
+never narrower than its longest word holding a digit (:func:`fit_tables`). A per-seed table too
+wide for the terminal turns its seeds into columns (a row per measure); a table still too wide is
+cut into several, each repeating its first column. ``--markdown`` and ``--json`` give every table
+whole."""
 
 from __future__ import annotations
 
@@ -23,6 +29,116 @@ def seed_tables(runs: list[RunSeeds]) -> list[dict]:
     return out
 
 
+
+
+WORD_CAP = 14  # a word without a digit wider than this may fold (never a number, nor a verdict)
+
+
+def _need(text: str) -> int:
+    """The narrowest a cell of ``text`` can be: its longest word holding a digit (never broken) or
+    other word (up to :data:`WORD_CAP`)."""
+    return max((len(w) if any(c.isdigit() for c in w) else min(len(w), WORD_CAP) for w in str(text).split()), default=1)
+
+
+def _column_widths(columns: list[list[str]], room: int) -> list[int] | None:
+    """Widths for ``columns`` (each its header and cells) within ``room`` characters of text, or
+    None when even their narrowest do not fit: each at least its :func:`_need`, then the room left
+    shared out by water-filling: a column that lacks less than an equal share gets all it lacks
+    (its cells unwrapped), the others share the rest equally."""
+    need = [max(map(_need, col)) for col in columns]
+    natural = [max(n, *(len(str(c)) for c in col)) for n, col in zip(need, columns)]
+    if sum(need) > room:
+        return None
+    widths, spare = list(need), room - sum(need)
+    order = sorted(range(len(widths)), key=lambda k: natural[k] - need[k])
+    for n, i in enumerate(order):  # water-filling: each its lack, at most an equal share of what is left
+        grow = min(natural[i] - widths[i], spare // (len(order) - n))
+        widths[i] += grow
+        spare -= grow
+    return widths
+
+
+def _overhead(n_columns: int) -> int:
+    """What a rich table's box takes beside its text: a border between columns and at each edge,
+    one space of padding either side of each column."""
+    return 3 * n_columns + 1
+
+
+def fit_tables(title: str, head: list[str], rows: list[list[str]], width: int):
+    """``head`` and ``rows`` as rich tables that fit ``width`` columns with no number broken: one
+    table if it fits, else the columns after the first cut into as many tables as needed, each
+    repeating the first (its title says which part it is). Returns the tables."""
+    from rich.table import Table
+
+    columns = [[h, *(r[i] for r in rows)] for i, h in enumerate(head)]
+    parts: list[list[int]] = []
+    current: list[int] = [0]
+    for i in range(1, len(head)):
+        trial = current + [i]
+        if len(current) > 1 and _column_widths([columns[k] for k in trial], width - _overhead(len(trial))) is None:
+            parts.append(current)
+            current = [0, i]
+        else:
+            current = trial
+    parts.append(current)
+    tables = []
+    for n, part in enumerate(parts, 1):
+        widths = _column_widths([columns[k] for k in part], width - _overhead(len(part)))
+        if widths is None:  # one column beside the first is wider than the terminal: its need, overflowing
+            widths = [max(map(_need, columns[k])) for k in part]
+        t = Table(title=title + (f" ({n} of {len(parts)})" if len(parts) > 1 else ""))
+        for k, w in zip(part, widths):
+            t.add_column(head[k], width=w, overflow="fold")
+        for r in rows:
+            t.add_row(*(r[k] for k in part))
+        tables.append(t)
+    return tables
+
+
+def seed_console_tables(run: RunSeeds, width: int):
+    """A run's per-seed table for a terminal of ``width`` columns: a row per seed where that fits
+    whole, else a row per measure and a column per seed (cut into parts when the seeds are still
+    too wide)."""
+    head, rows = seed_table(run)
+    title = f"{run.label}: {run.section}, {recipe_text(run.recipe)}"
+    tables = fit_tables(title, head, rows, width)
+    if len(tables) == 1:
+        return tables
+    turned_head = ["measure", *(f"seed {r[0]}" for r in rows)]
+    turned_rows = [[h, *(r[i] for r in rows)] for i, h in enumerate(head) if i > 0]
+    return fit_tables(title, turned_head, turned_rows, width)
+
+
+def print_console(runs: list[RunSeeds], comparison: list[dict], console) -> None:
+    """``stackedheads seeds``' console output, laid out for ``console``'s width: each run's seeds
+    (:func:`seed_console_tables`) and distribution, the distance table, the screen's state and the
+    comparison; a line at the end says where a table was turned or cut to fit."""
+    width, reshaped = console.width, False
+
+    def show(tables, whole: int) -> None:
+        nonlocal reshaped
+        reshaped |= len(tables) > 1 or len(tables[0].columns) != whole
+        for t in tables:
+            console.print(t)
+
+    for run in runs:
+        show(seed_console_tables(run, width), len(seed_table(run)[0]))
+        for line in distribution_lines(run):
+            console.print(f"  {line}", highlight=False)
+    head, rows = distance_table(runs)
+    if rows:
+        show(fit_tables("Distance to Sec. 9's curriculum (|ln plateau/450| + |ln final/0.031| + share out of order)",
+                        head, rows, width), len(head))
+    if state := screen(runs):
+        head, rows = screen_table(state)
+        show(fit_tables(screen_title(state), head, rows, width), len(head))
+        if line := closest_line(state):
+            console.print(line, highlight=False)
+    for line in comparison_lines(comparison):
+        console.print(line, highlight=False)
+    if reshaped:
+        console.print(f"(tables turned or cut to fit {width} columns: --markdown or --json prints each whole)",
+                      highlight=False)
 
 
 def _num(v: float | None, digits: int = 4) -> str:

@@ -95,7 +95,7 @@ def train(
     ``progress(step, steps)`` is called after every step. ``stop_after`` stops early (tests of
     interruption) without writing the summary.
     """
-    if not isinstance(cfg, TrainConfig):  # the API's train(None, path) was an AttributeError
+    if not isinstance(cfg, TrainConfig):  # train(None, path) from the API: one line, not an AttributeError
         raise UsageError(f"'cfg' must be a TrainConfig, got {type(cfg).__name__}", fields=("cfg",))
     check_device(cfg.device)
     dev = torch.device(cfg.device)

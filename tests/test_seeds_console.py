@@ -1,0 +1,95 @@
+"""``stackedheads seeds`` on a terminal of 80 to 120 columns: no number broken across lines, no
+line wider than the terminal; a table too wide turns its seeds into columns or is cut into parts
+that repeat the first column, and a last line says that ``--markdown`` and ``--json`` print it
+whole."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from stackedheads.seeds.render import _need, fit_tables
+
+ROOT = Path(__file__).resolve().parents[1]
+NUMBER = re.compile(r"\S*\d\S*")
+TABLE_LINE = re.compile(r"^[│┃]")
+
+
+def cells(head: list[str], rows: list[list[str]]) -> list[str]:
+    return [*head, *(c for r in rows for c in r)]
+
+
+def whole_numbers(console_out: str) -> set[str]:
+    """Every word holding a digit in the console's table lines, with the box's characters and a
+    trailing comma dropped."""
+    words = set()
+    for line in console_out.splitlines():
+        if TABLE_LINE.match(line):
+            for part in re.split(r"[│┃]", line):
+                words |= {w.rstrip(",") for w in NUMBER.findall(part)}
+    return words
+
+
+@pytest.mark.parametrize("columns", [80, 100, 120])
+@pytest.mark.parametrize("folders", [["results/sec9/gpt2"], ["results/sec9/tl-stack+lr-3e-4", "results/sec9/gpt2"],
+                                     ["results/sec8/gpt2"]], ids=["sec9-gpt2", "two-recipes", "sec8-gpt2"])
+def test_no_number_is_broken_at_any_width(cli, monkeypatch, columns, folders):
+    from stackedheads import seeds
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    monkeypatch.chdir(ROOT)
+    r = cli("seeds", *folders)
+    assert r.code == 0, r.err
+    assert max(len(s) for s in r.out.splitlines()) <= columns
+    runs = seeds.collect_seeds([ROOT / f for f in folders], [])
+    tables = [seeds.seed_table(run) for run in runs]
+    head, rows = seeds.distance_table(runs)
+    if rows:
+        tables.append((head, rows))
+    if state := seeds.screen(runs):
+        tables.append(seeds.screen_table(state))
+    want = {w.rstrip(",") for h, rs in tables for c in cells(h, rs) for w in NUMBER.findall(str(c))}
+    shown = whole_numbers(r.out)
+    assert not want - shown, f"numbers not shown whole at {columns} columns: {sorted(want - shown)[:10]}"
+    assert not shown - want, f"pieces of numbers at {columns} columns: {sorted(shown - want)[:10]}"
+    if columns < 120 or len(folders) > 1:
+        assert "--markdown or --json prints each whole" in r.out.splitlines()[-1]
+
+
+def test_a_wide_per_seed_table_turns_its_seeds_into_columns(cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.chdir(ROOT)
+    r = cli("seeds", "results/sec9/gpt2")
+    header = next(s for s in r.out.splitlines() if s.startswith("┃"))
+    assert [c.strip() for c in header.strip("┃").split("┃")] == ["measure", "seed 0", "seed 1", "seed 2", "seed 3"]
+    assert any(re.match(r"^│ final val MSE\s+│ 0\.0024\s+│", s) for s in r.out.splitlines())
+
+
+def test_fit_tables_cuts_a_table_and_repeats_its_first_column():
+    from rich.console import Console
+
+    head = ["run", *(f"measure {i}" for i in range(8))]
+    rows = [["a-long-run-name", *(f"{1234567.0 + i:,.4f}" for i in range(8))], ["b", *("-" for _ in range(8))]]
+    tables = fit_tables("t", head, rows, 60)
+    assert len(tables) > 1
+    seen = []
+    for t in tables:
+        names = [c.header for c in t.columns]
+        assert names[0] == "run" and t.title.endswith(f"of {len(tables)})")
+        seen += names[1:]
+        for c in t.columns:
+            assert c.width >= max(_need(x) for x in [c.header, *c._cells])
+        console = Console(width=60, record=True, file=open("/dev/null", "w"))
+        console.print(t)
+        assert max(len(s) for s in console.export_text().splitlines()) <= 60
+    assert seen == head[1:]
+    one = fit_tables("t", head[:3], [r[:3] for r in rows], 120)
+    assert len(one) == 1 and one[0].title == "t"
+
+
+def test_the_narrowest_cell_keeps_numbers_whole():
+    assert _need("400 800 1,040") == 5
+    assert _need("L2.0 s7->t-1,") == 8
+    assert _need("an-extraordinarily-long-word 7") == 14  # a word without a digit may fold
