@@ -58,6 +58,8 @@ def test_per_seed_counts_come_from_the_primary_reading_and_show_per_cell_where_t
     y = [seeded(e, "E1", "PASS", ["PASS"] * 4), seeded(e, "E3", "FAIL", ["FAIL", "FAIL", "PASS", "PASS"])]
     assert demo_matrix.seed_counts(x[1]) == "2 PASS, 1 FAIL, 1 INCONCLUSIVE of 4"
     assert demo_matrix.seed_counts(claim(e, "E9", "PASS")) == ""  # judged on no seeds
+    led = {**x[1], "seeds": {"0": "FAIL", "1": "DEPENDS ON READING"}}  # what the claim leads with wins
+    assert demo_matrix.seed_counts(led) == "1 FAIL, 1 DEPENDS ON READING of 2"
     lines = demo_matrix.markdown(demo_matrix.verdict_rows({"x": x, "y": y}), {"x": 60.0, "y": 60.0},
                                  {"x": "A", "y": "B"}).splitlines()
     assert lines[2] == "| E1 | PASS | PASS | yes | 4 PASS of 4 |"

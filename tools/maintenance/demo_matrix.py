@@ -52,10 +52,10 @@ VERDICTS = ("PASS", "FAIL", "INCONCLUSIVE")
 
 
 def seed_counts(claim: dict) -> str:
-    """The per-seed verdicts of a claim's primary reading as counts ("3 PASS, 1 INCONCLUSIVE of
-    4"), "" for a claim judged on no seeds (one model, or a grid)."""
+    """The per-seed verdicts a claim leads with (its ``seeds``; else its primary reading's) as
+    counts ("3 PASS, 1 INCONCLUSIVE of 4"), "" for a claim judged on no seeds (a grid)."""
     primary = next((r for r in claim.get("readings") or [] if r.get("primary")), None)
-    seeds = (primary or {}).get("seeds") or {}
+    seeds = claim.get("seeds") or (primary or {}).get("seeds") or {}
     if not seeds:
         return ""
     values = list(seeds.values())
