@@ -46,7 +46,7 @@ from stackedheads.training.metrics import (
     truncate_metrics,
 )
 from stackedheads.training.optim import make_optimizer
-from stackedheads.training.step import make_step
+from stackedheads.training.step import compile_model, make_step
 
 
 @contextmanager
@@ -155,7 +155,7 @@ def _train_steps(cfg: TrainConfig, run_dir: Path, dev: torch.device, progress, s
     record_segment(run_dir, start, {"threads": cfg.threads, "dtype": cfg.dtype, "compile": cfg.compile,
                                     "cuda_graph": cfg.cuda_graph, "device": cfg.device})
 
-    forward = torch.compile(model) if cfg.compile else model  # the same parameters either way
+    forward = compile_model(model) if cfg.compile else model  # the same parameters either way
     on_device = dev.type != "cpu"  # an accelerator generates its own batches (the CPU's, exactly)
     val = validation_batch(cfg)
     val = Batch(val.inputs.to(dev), val.targets.to(dev), val.symbols, val.meta)  # moved once, not per evaluation
