@@ -45,12 +45,12 @@ def flops_per_step(config: ModelConfig, batch: int, seq_len: int, n_members: int
 # --------------------------------------------------------------------------- measured costs
 # What a step actually executes, op by op, for a roofline: the FLOPs and bytes of each operator
 # family against the machine's measured matmul peak and memory bandwidth (benchmarks/
-# train_throughput.py). Families by aten op name, first match wins; "elementwise, copies,
-# reductions" takes the rest.
+# train_throughput.py). Families by aten op name (a trailing * matches a prefix), first match
+# wins; "elementwise, copies, reductions" takes the rest.
 FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("matmuls", ("bmm", "baddbmm", "addbmm", "addmm", "mm", "matmul", "linear", "_linear_pointwise")),
-    ("attention (softmax, mask)", ("softmax", "_softmax_backward_data", "masked_fill", "scaled_dot_product",
-                                   "_flash_attention", "_efficient_attention", "tril")),
+    ("attention (softmax, mask)", ("softmax", "_softmax", "_safe_softmax", "_softmax_backward_data", "masked_fill",
+                                   "masked_fill_", "tril", "_scaled_dot_product*", "scaled_dot_product*")),
     ("LayerNorm", ("native_layer_norm", "native_layer_norm_backward", "var_mean", "rsqrt")),
     ("MLP activation", ("gelu", "gelu_backward")),
     ("casts (float32 <-> bfloat16)", ("_to_copy",)),
@@ -63,7 +63,7 @@ def op_family(name: str) -> str:
     """The family of an aten op by its name (``aten.bmm.default`` -> "matmuls")."""
     base = name.split(".")[1] if name.startswith("aten.") else name
     for family, names in FAMILIES:
-        if base in names:
+        if base in names or any(n.endswith("*") and base.startswith(n[:-1]) for n in names):
             return family
     return OTHER_FAMILY
 
