@@ -129,6 +129,7 @@ def _setup(spec: dict):
             clip(model, cfg.optim.grad_clip or 1.0)
             opt.step()
 
+    step.opt = opt  # the checkpoint's measurement writes its state
     return cfg, t, model, forward, dtype, caches, step
 
 
@@ -142,6 +143,20 @@ def _evaluate(t, forward, val, cfg) -> float:
     t0 = time.perf_counter()
     t.evaluate(forward, val, cfg)
     return time.perf_counter() - t0
+
+
+def _checkpoint_s(cfg, model, opt) -> float:
+    """Seconds to write one checkpoint (weights and the AdamW state after the measured steps) as
+    training writes it, in the background on a CPU: it shares the cores with the step. Best of two."""
+    from stackedheads.training.checkpoints import save_checkpoint
+
+    best = float("inf")
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(2):
+            t0 = time.perf_counter()
+            save_checkpoint(Path(tmp) / f"step_{i:06d}.safetensors", model, opt, i, cfg)
+            best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def _graphs() -> int:
@@ -182,7 +197,9 @@ def _worker(spec: dict) -> dict:
     val = t.validation_batch(cfg)
     first_eval = _evaluate(t, forward, val, cfg)  # a compiled model compiles its evaluation here
     one_eval = _evaluate(t, forward, val, cfg)
+    ckpt = _checkpoint_s(cfg, model, step.opt)
     out = {"seeds": len(cfg.seeds), "step_s": per_step, "data_s": data, "eval_s": one_eval,
+           "ckpt_s": ckpt, "ckpts_per_step": 1 / cfg.ckpt_every,
            "first_eval_s": first_eval, "evals_per_step": _evals_per_step(cfg),
            "step_with_eval_s": per_step + data + _evals_per_step(cfg) * one_eval, "warmup_s": warmup,
            "threads": torch.get_num_threads()}
@@ -465,9 +482,10 @@ def _measure(args, variants: dict, sizes: tuple, seeds: list, peaks: dict, trees
     first = next(iter(variants))
     print("\nstep: seconds per training step + data + its share of evaluation; speedup against "
           f"{first}; MFU against the matmul peak of the variant's dtype; eval: one evaluation's seconds "
-          "(compiled / eager for -compile); graphs: dynamo's (step / after evaluating)")
+          "(compiled / eager for -compile); graphs: dynamo's (step / after evaluating); ckpt ms: a checkpoint's "
+          "write per step (1 / ckpt_every of one; not in s/step: training writes them in the background)")
     print(f"{'size':<10} {'seeds':>5} {'machine':<5} {'variant':<22} {'s/step':>8} {'s/seed':>7} {'speedup':>8} "
-          f"{'GFLOP/s':>8} {'MFU':>6} {'eval s':>13} {'graphs':>6} {'warm-up s':>9}")
+          f"{'GFLOP/s':>8} {'MFU':>6} {'eval s':>13} {'graphs':>6} {'ckpt ms':>7} {'warm-up s':>9}")
     conditions = [False, True] if args.busy else [False]
     for size in () if args.no_steps else sizes:
         for n in seeds:
@@ -490,7 +508,7 @@ def _measure(args, variants: dict, sizes: tuple, seeds: list, peaks: dict, trees
                     graphs = f"{r['graphs_step']}/{r['graphs_total']}" if "graphs_step" in r else "-"
                     print(f"{size:<10} {r['seeds']:>5} {label:<5} {name:<22} {r['step_with_eval_s']:>8.3f} "
                           f"{r['step_with_eval_s'] / r['seeds']:>7.3f} {r['speedup']:>7.2f}x {r['gflops']:>8.1f} "
-                          f"{r['mfu']:>6.1%} {ev:>13} {graphs:>6} {r['warmup_s']:>9.1f}", flush=True)
+                          f"{r['mfu']:>6.1%} {ev:>13} {graphs:>6} {r['ckpt_s'] * r['ckpts_per_step'] * 1e3:>7.1f} {r['warmup_s']:>9.1f}", flush=True)
                     if args.project:
                         r["projection"] = project(size, r, args.budget_h, v["dtype"])
                         print(f"{'':<10} {'':>5} {'':<5} {'':<22} {r['projection']['text']}", flush=True)
