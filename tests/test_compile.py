@@ -32,11 +32,16 @@ def test_compiled_training_gives_the_eager_losses(tmp_path):
     its evaluations. Beside the other compiled tests, at the shapes of their sec8-smoke case (3
     members, batch 8, float32: inductor's cache holds its training step). Its 16 validation
     sequences against a batch of 8 take the path a real run's evaluation takes (chunks of 1,024
-    after batches of 256): dynamo compiles the forward again with a dynamic batch."""
+    after batches of 256): a static graph of their own, compiled once, so the run compiles two
+    graphs (the step's and the evaluation's) whatever its number of steps and evaluations."""
+    from torch._dynamo.utils import counters
+
     cfg = presets.get("sec8-smoke").override(seeds=(0, 1, 2), batch_size=8, n_train=64, n_val=16, steps=12, eval_every=4,
                                              final_window=2, ckpt_every=12, warmup_steps=2, keep_checkpoints=False, dtype="float32")
     eager = train(cfg, tmp_path / "eager")
+    graphs = counters["stats"]["unique_graphs"]
     compiled = train(cfg.override(compile=True), tmp_path / "compiled")
+    assert counters["stats"]["unique_graphs"] - graphs <= 2  # no recompiles: one graph a call signature
     for seed, s in eager["seeds"].items():
         assert compiled["seeds"][seed]["final_val_loss"] == pytest.approx(s["final_val_loss"], rel=1e-4)
     a, b = metrics_without_wall(tmp_path / "eager"), metrics_without_wall(tmp_path / "compiled")

@@ -406,3 +406,37 @@ def test_residual_linear_is_resid_plus_affine(width_in: int) -> None:
     out.backward(grad)
     ref.backward(grad)
     assert torch.allclose(W.grad, ref_W.grad, atol=1e-10) and torch.allclose(b.grad, ref_b.grad, atol=1e-10)
+
+
+@pytest.mark.parametrize("queries", [None, 3])  # every row (the usual causal mask) or the last layer's query rows
+def test_cpu_low_precision_attention_matches_fused_attention(queries: int | None) -> None:
+    """The CPU's bfloat16 attention (float32 scores with the mask as an additive bias): the
+    values and the gradients of q, k and v of float64 SDPA within bfloat16's rounding, and in
+    float32 within float32's; masked keys get no weight."""
+    from stackedheads.model import _attention, _explicit_attention
+
+    gen = torch.Generator().manual_seed(3)
+    B, H, T, dh = 6, 2, 9, 8
+    Tq = T if queries is None else queries
+    q, k, v = (torch.randn(B, H, n, dh, generator=gen, dtype=torch.float64) for n in (Tq, T, T))
+    grad = torch.randn(B, H, Tq, dh, generator=gen, dtype=torch.float64)
+    mask = torch.ones(Tq, T, dtype=torch.bool).tril(T - Tq)
+    ref_in = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    ref = F.scaled_dot_product_attention(*ref_in, attn_mask=mask)
+    ref.backward(grad)
+    for dtype, tol in ((torch.bfloat16, 3e-2), (torch.float32, 1e-5)):
+        ins = [t.to(dtype).requires_grad_(True) for t in (q, k, v)]
+        fn = _attention if dtype == torch.bfloat16 else _explicit_attention  # the CPU takes it in bfloat16
+        out = fn(*ins, None if queries is None else mask)
+        assert out.dtype == dtype
+        out.backward(grad.to(dtype))
+        scale = ref.abs().max().item()
+        assert (out.double() - ref).abs().max().item() <= tol * scale, dtype
+        for a, r in zip(ins, ref_in):
+            assert (a.grad.double() - r.grad).abs().max().item() <= tol * r.grad.abs().max().item(), dtype
+    # A key after a query's position moves nothing: change it and the query's output stays.
+    v2 = v.clone()
+    v2[:, :, -1] += 10.0
+    out1 = _explicit_attention(q.float(), k.float(), v.float(), mask)
+    out2 = _explicit_attention(q.float(), k.float(), v2.float(), mask)
+    assert torch.equal(out1[:, :, :-1], out2[:, :, :-1]) and not torch.equal(out1[:, :, -1], out2[:, :, -1])

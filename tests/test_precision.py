@@ -80,3 +80,18 @@ def test_thread_counts_agree_within_tolerance_and_repeat_exactly(tmp_path, prese
     assert all(torch.equal(ckpt["a1"][k], ckpt["b1"][k]) for k in ckpt["a1"])
     for r1, r2 in zip(losses["a1"], losses["a2"]):
         assert r1 == pytest.approx(r2, rel=1e-4)
+
+
+@pytest.mark.parametrize("requested,says", [("auto", "trains in float32"), ("bfloat16", "bfloat16 is emulated"),
+                                            ("float32", None)])
+def test_a_cpu_without_bfloat16_says_so_in_one_line(tmp_path, monkeypatch, capsys, requested, says):
+    """No AVX512-BF16 and no AMX: "auto" falls back to float32 and an explicit bfloat16 trains
+    emulated, each with one line on stderr; float32 says nothing."""
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    train(presets.SMOKE.override(steps=2, eval_every=1, final_window=1, ckpt_every=2, warmup_steps=0,
+                                 dtype=requested), tmp_path)
+    lines = [line for line in capsys.readouterr().err.splitlines() if "bfloat16" in line]
+    assert len(lines) == (1 if says else 0) and all(says in line for line in lines)
+    recorded = json.loads((tmp_path / "config.json").read_text())["dtype"]
+    assert recorded == {"auto": "float32"}.get(requested, requested)

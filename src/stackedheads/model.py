@@ -209,20 +209,38 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> T
     """Causal attention (``mask``: which keys each query sees; None: the usual causal mask).
 
     Fused SDPA, except on a CPU in a low compute dtype: torch's CPU flash kernel then runs its
-    backward 2-6x slower than the explicit product (measured at the sec9 and sec8 shapes:
-    T = 36, d_head = 16 and T = 28, d_head = 128), and T is a few dozen positions, so the
-    explicit pattern costs little memory.
+    backward 2-6x slower than an explicit product (measured at the sec9 and sec8 shapes: T = 36,
+    d_head = 16 and T = 28, d_head = 128), and T is a few dozen positions, so the explicit
+    pattern costs little memory. There :func:`_explicit_attention`.
     """
     if q.device.type == "cpu" and q.dtype != torch.float32:
-        if mask is None:
-            mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
-        return causal_softmax(q, k, mask).to(v.dtype) @ v
+        return _explicit_attention(q, k, v, mask)
     # Not cuDNN's kernel: its backward failed at the sec9 shape on an H200 in bfloat16 (torch
     # 2.11, "mha_graph.execute(...).is_good()"); flash and memory-efficient cover these shapes.
     with sdpa_kernel(SDPA_BACKENDS):
         if mask is None:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def _explicit_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
+    """``softmax(q k^T / sqrt(d_head) + mask) v`` in float32, returned in ``v``'s dtype.
+
+    q, k, v are (batch, H, T, d_head) with d_head a few dozen: the attention is a small part of a
+    step's bytes, while the (T x T) scores are where rounding would matter. So the three are cast
+    to float32 once, the mask enters as an additive bias of the scores' product (one
+    ``baddbmm``: no masked_fill, division or casts of the scores, forward or backward), and only
+    the output is cast back: three ops over the scores each way instead of seven.
+    """
+    Tq, T, dh = q.shape[-2], k.shape[-2], q.shape[-1]
+    if mask is None:
+        mask = torch.ones(Tq, T, dtype=torch.bool, device=q.device).tril(T - Tq)
+    bias = torch.zeros(Tq, T, device=q.device).masked_fill_(~mask, float("-inf"))
+    with torch.autocast(q.device.type, enabled=False):  # float32 products, whatever autocast says
+        qf, kf, vf = (t.float().reshape(-1, t.shape[-2], dh) for t in (q, k, v))
+        scores = torch.baddbmm(bias, qf, kf.transpose(1, 2), alpha=1.0 / math.sqrt(dh))
+        z = torch.bmm(scores.softmax(dim=-1), vf)
+    return z.view(*q.shape[:-1], dh).to(v.dtype)
 
 
 SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]

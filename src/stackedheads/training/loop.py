@@ -33,7 +33,7 @@ from stackedheads.training.checkpoints import (
     save_checkpoint,
     slim_older_checkpoints,
 )
-from stackedheads.training.config import DTYPES, TrainConfig, check_device
+from stackedheads.training.config import DTYPES, TrainConfig, check_device, native_dtype
 from stackedheads.training.data import member_batches, validation_batch
 from stackedheads.training.evaluate import evaluate
 from stackedheads.training.metrics import (
@@ -46,7 +46,7 @@ from stackedheads.training.metrics import (
     truncate_metrics,
 )
 from stackedheads.training.optim import make_optimizer
-from stackedheads.training.step import make_step
+from stackedheads.training.step import compile_model, make_step
 
 
 @contextmanager
@@ -116,9 +116,24 @@ def _train_locked(cfg: TrainConfig, folder: RunFolder, dev: torch.device, progre
         if run_is_complete(run_dir):
             return read_summary(run_dir, cfg)
     else:
+        _say_dtype(cfg.dtype, cfg.device)
         cfg = cfg.resolved()
     with torch_threads(cfg.threads), matmul_mode(dev, cfg.dtype):
         return _train_steps(cfg, run_dir, dev, progress, stop_after, new=recorded is None)
+
+
+def _say_dtype(requested: str, device: str) -> None:
+    """One line on stderr when a new run on a CPU without native bfloat16 (no AVX512-BF16, no AMX
+    tiles) asks for it: "auto" then trains in float32, what the CPU computes natively; an explicit
+    "bfloat16" trains as asked (a run's dtype is part of its identity), in oneDNN's emulation,
+    slower than float32."""
+    if device != "cpu" or requested not in ("auto", "bfloat16") or native_dtype("cpu") == "bfloat16":
+        return
+    if requested == "auto":
+        print("note: this CPU has no native bfloat16 (AVX512-BF16 or AMX): dtype 'auto' trains in float32", file=sys.stderr)
+    else:
+        print("warning: this CPU has no native bfloat16 (AVX512-BF16 or AMX): bfloat16 is emulated, slower than "
+              "float32 (dtype 'auto' would train in float32)", file=sys.stderr)
 
 
 def _build(cfg: TrainConfig, dev: torch.device) -> tuple[EnsembleTransformer, torch.optim.Optimizer]:
@@ -155,7 +170,7 @@ def _train_steps(cfg: TrainConfig, run_dir: Path, dev: torch.device, progress, s
     record_segment(run_dir, start, {"threads": cfg.threads, "dtype": cfg.dtype, "compile": cfg.compile,
                                     "cuda_graph": cfg.cuda_graph, "device": cfg.device})
 
-    forward = torch.compile(model) if cfg.compile else model  # the same parameters either way
+    forward = compile_model(model) if cfg.compile else model  # the same parameters either way
     on_device = dev.type != "cpu"  # an accelerator generates its own batches (the CPU's, exactly)
     val = validation_batch(cfg)
     val = Batch(val.inputs.to(dev), val.targets.to(dev), val.symbols, val.meta)  # moved once, not per evaluation

@@ -22,6 +22,19 @@ from stackedheads.training.evaluate import member_mse
 Step = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
 
 
+def compile_model(model: EnsembleTransformer):
+    """``torch.compile(model)`` with static shapes, for the step and the evaluation alike.
+
+    The evaluation calls the model without gradients on chunks of another batch size than the
+    step's; dynamo's default then compiles the forward again with a dynamic batch, and with it
+    the compiled model evaluated five times slower than the eager one on an Intel Sapphire
+    Rapids. Static shapes give each call signature (the step's batch with gradients, the
+    evaluation's chunk and its remainder without) a graph of its own, compiled once, with the
+    kernels of known sizes the step's graph has.
+    """
+    return torch.compile(model, dynamic=False)
+
+
 def make_step(cfg: TrainConfig, model: EnsembleTransformer, forward, opt: torch.optim.Optimizer,
               dtype: torch.dtype) -> Step:
     """``step(inputs, targets, lr) -> per-member loss (E,)``, updating ``model`` in place."""
