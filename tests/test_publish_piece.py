@@ -242,6 +242,8 @@ def test_publish_piece_lays_sec8_pieces_out_as_results_sec8_with_maps(tmp_path, 
     assert [r.seed for r in run.rows] == ["0", "1"]
     # a Sec. 9 result takes no Sec. 8 piece
     (results / "sec9-like" / "emergence").mkdir(parents=True)
-    (results / "sec9-like" / "reference.json").write_text("{}")
+    (results / "sec9-like" / "reference.json").write_text(json.dumps(
+        {"name": "sec9-like", "title": "t", "command": "c", "commit": "abcdef0", "machine": "m", "wall_s": 1.0,
+         "date": "2026-01-01", "notes": "", "files": []}))
     with pytest.raises(UsageError, match="holds no circuits stage"):
         publish(runs[1], name="sec9-like")

@@ -237,7 +237,7 @@ def publish_piece(a: Piece) -> tuple[Path, references.Reference]:
         for s in run_seeds:
             _no_links(d / f"seed{s}")
     commit = a.commit or git_commit()
-    ref = read_state_json(dest / references.REFERENCE_FILE, "a reference's record") if (dest / references.REFERENCE_FILE).exists() else None
+    ref = references.read_reference(dest) if (dest / references.REFERENCE_FILE).exists() else None
     if ref is None and not (a.title and a.train_command and a.notes):
         raise UsageError(f"{dest} is not published yet: its first piece needs --title, --train-command and --notes")
     if ref is not None and not (dest / kind).is_dir():

@@ -21,6 +21,7 @@ import csv
 import io
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -59,12 +60,20 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         raise UsageError(f"{path} is a symbolic link: writing would replace the link, not its target; give the target's path")
     if path.is_dir():  # the rename would fail naming our temp file, not the user's path
         raise UsageError(f"{path} is a folder: give a file's path")
-    if path.exists() and not path.is_file():
-        # A device or FIFO (/dev/null, a pipe): renaming a temp file over it would turn it into a
-        # regular file, so the bytes go through it as a shell redirect sends them.
-        with open(path, "wb") as f:
-            f.write(data)
-        return
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        # The one path that is no regular file and still written: /dev/null, given as 'out' to
+        # throw the output away (bytes go through it as a shell redirect sends them). Any other
+        # (a FIFO would hang the writer until a reader came, a device would take the bytes) is
+        # refused, as every reader refuses it.
+        if _is_dev_null(path):
+            with open(path, "wb") as f:
+                f.write(data)
+            return
+        raise not_regular(path, mode, "an output file; remove it and run again")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -82,6 +91,13 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         tmp.unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
+def _is_dev_null(path: Path) -> bool:
+    try:
+        return os.path.samefile(path, os.devnull)
+    except OSError:
+        return False
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -172,10 +172,11 @@ class Circuit:
             raise UsageError(f"no circuit file {p}")
         if p.is_dir():
             raise UsageError(f"{p} is a folder, not a circuit file")
+        from stackedheads.schemas import CircuitFile, check
         from stackedheads.storage import read_state_json
 
         try:  # bounded in size and depth: --circuit /dev/zero would be read forever
-            return cls.from_dict(read_state_json(p, "a circuit file"))
+            return cls.from_dict(check(CircuitFile, read_state_json(p, "a circuit file"), p, "discover it again"))
         except UsageError:
             raise
         except (KeyError, ValueError, TypeError) as e:
