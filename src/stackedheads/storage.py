@@ -25,7 +25,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from stackedheads.errors import UsageError, redact_secrets
+from stackedheads.errors import UsageError, redact_written
 from stackedheads.locks import LOCK_NAME, FolderLock, first_missing, lock_holder, remove_empty_folders
 from stackedheads.statefiles import (
     MAX_JSON_DEPTH,
@@ -152,8 +152,9 @@ def replace_folder(staging: str | Path, dest: str | Path) -> None:
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    # Last line of defence: a registered secret never reaches a state file.
-    atomic_write_bytes(path, redact_secrets(text).encode("utf-8"))
+    # Last line of defence: a registered secret that can be no word of the run's never reaches a
+    # state file (errors.redact_written says how the others are kept out).
+    atomic_write_bytes(path, redact_written(text).encode("utf-8"))
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:

@@ -52,7 +52,7 @@ def llm_bench_cmd(
     mode: Optional[str] = typer.Option(None, "--mode", help="chat or completion (default: chat; completion for gemma3-270m)."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="openai: server URL, e.g. http://127.0.0.1:8000/v1."),
     # Backend options: None is "not given" (the backend's default); a backend refuses those it does not take.
-    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="openai: environment variable that holds the API key (default: OPENAI_API_KEY). Never written anywhere: a key of 8 characters or more is redacted from all output and files, so one under 32 characters must mix letters and digits (a word or a number would be redacted from the run's own text); a shorter key is a placeholder, sent and not redacted."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="openai: environment variable that holds the API key (default: OPENAI_API_KEY). Never written anywhere: a key of 8 characters or more is hidden from what servers send back and from every message (one that is no word of the run's from every file too), and an option that holds it is refused; a shorter key is a placeholder, sent and not hidden."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help="openai: questions in flight at once, 1 to 256 (default: 1)."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="openai: seconds per request, first byte to last, retries apart (default: 60)."),
     max_retries: Optional[int] = typer.Option(None, "--max-retries", help="openai: retries on 429, 5xx, timeouts, connection errors (exponential backoff, jitter, Retry-After), 0 to 20 (default: 5)."),
