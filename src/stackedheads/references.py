@@ -163,7 +163,7 @@ def publish(src: str | Path, dest: str | Path, *, title: str, command: str, comm
     root = dest.parents[name.count("/")]
     if not src.is_dir():
         raise UsageError(f"{src} is not a folder")
-    _check_record(title, command, commit)
+    _check_record(title, command, commit, notes)
     wall_s = _checked_wall_s(wall_s)
     _check_dest(dest, src)
     _check_not_nested(root, dest, name)
@@ -265,8 +265,15 @@ def _checked_commit(commit: str, dest: Path) -> str:
     return commit
 
 
-def _check_record(title: str, command: str, commit: str) -> None:
-    """What reference.json says of the run: a title, the command and a commit (hex, 7 to 40 digits)."""
+def _check_record(title: str, command: str, commit: str, notes: str = "") -> None:
+    """What reference.json says of the run: a title, the command and a commit (hex, 7 to 40
+    digits), and notes, each UTF-8 text (bytes that are not, given on a command line, could be
+    written to no Markdown file: the index would fail after the reference was in place)."""
+    for value, name in ((title, "title"), (command, "command"), (notes, "notes")):
+        try:
+            str(value).encode("utf-8")
+        except UnicodeEncodeError:
+            raise UsageError(f"'{name}' holds bytes that are not UTF-8 text: give it as UTF-8", fields=(name,)) from None
     for value, name in ((title, "title"), (command, "command")):
         if not str(value).strip():
             raise UsageError(f"'{name}' is empty: a reference says what it is and how it was made", fields=(name,))
