@@ -114,3 +114,16 @@ def test_an_output_that_is_a_dangling_link_or_a_folder_is_named_plainly(tmp_path
     (tmp_path / "d").mkdir()
     r = cli("prompts", "-f", "equations", "--n", "1", "--out", tmp_path / "d")
     assert r.code == 2 and one_error(r.err) and f"{tmp_path / 'd'} is a folder" in r.err and ".tmp" not in r.err
+
+
+@pytest.mark.parametrize("name", ["theory.jsonl", "README.md"])
+def test_a_fifo_where_a_verb_writes_a_state_file_is_one_line_not_a_hang(cli_process, tmp_path, name):
+    """A FIFO at theory.jsonl (`theory --out D`) or at a results folder's README.md
+    (`results-index`) hung the writer until a reader came."""
+    folder = tmp_path / "D"
+    folder.mkdir()
+    os.mkfifo(folder / name)
+    args = ("theory", "--out", folder) if name == "theory.jsonl" else ("results-index", "--results", folder)
+    r = cli_process(*args, timeout=120)  # a writer waiting on the FIFO would time out here
+    assert r.code == 2 and one_error(r.err) and "FIFO" in r.err and str(folder / name) in r.err, r.err
+    assert stat.S_ISFIFO((folder / name).lstat().st_mode)
