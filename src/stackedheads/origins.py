@@ -105,3 +105,35 @@ def check_discovery_out(run: Path, out: Path, seeds: tuple[int, ...] | None = No
             if diff:
                 raise UsageError(f"{out} holds the circuits of {other}, a run of other settings ({'; '.join(diff[:3])}): "
                                  "discover into another --out")
+
+
+def _member(run: Path, seed: int | None) -> tuple[dict, int]:
+    config = _config(run)
+    seeds = config.get("seeds") or [0]
+    if seed is not None and seed not in seeds:
+        raise UsageError(f"{run} has seeds {seeds}, not {seed}")
+    return config, seeds[0] if seed is None else seed
+
+
+def check_maps_out(run: Path, out: Path, seed: int | None) -> None:
+    """Refuse ``out`` when it holds the attention maps of another run or another member: the
+    figures of one (a layer3.png of a 5-layer run) would stay beside another's, and nothing
+    would say which is which. One folder holds one member's maps (``seed``; None: the first)."""
+    path = Path(out) / SOURCES
+    if not path.exists():
+        return
+    recorded = read_state_json(path, "the run these attention maps were made from").get("runs")
+    if not isinstance(recorded, dict) or not all(isinstance(e, dict) for e in recorded.values()):
+        raise UsageError(f"{path} has the wrong shape (no 'runs'): delete it, or give another --out")
+    _, seed = _member(run, seed)
+    for other_seed, entry in recorded.items():
+        other = str(entry.get("run"))
+        if other_seed != str(seed) or not same_recorded_run(other, run):
+            raise UsageError(f"{out} holds the attention maps of seed {other_seed} of {other}, not of seed {seed} of "
+                             f"{run}: give another --out (one folder per run and seed)")
+
+
+def record_maps_out(run: Path, out: Path, seed: int | None) -> None:
+    """Record in ``out`` the run and member its attention maps are made from (:func:`check_maps_out`)."""
+    config, seed = _member(run, seed)
+    atomic_write_json(Path(out) / SOURCES, {"runs": {str(seed): {"run": str(Path(run).resolve()), "config": config}}})

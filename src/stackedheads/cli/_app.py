@@ -18,6 +18,15 @@ app = typer.Typer(
 console = Console(stderr=True)
 
 
+def shown(value: object) -> str:
+    """``value`` (a path, a label, a name a user typed) as rich prints it literally: every one
+    printed in a markup string goes through here, so ``x[/]y`` or ``[exp1]/r`` is shown as typed
+    rather than read as markup (a MarkupError, or a name with a part missing)."""
+    from rich.markup import escape
+
+    return escape(str(value))
+
+
 LOG_EVERY_S = 60.0  # a progress line in a log (stderr not a terminal) at most this often
 
 
@@ -136,7 +145,7 @@ def _progress_bar(description: str):
     def factory(name: str):
         def update(step: int, total: int) -> None:
             if name not in tasks:
-                tasks[name] = bar.add_task(name, total=total, completed=step - 1)
+                tasks[name] = bar.add_task(shown(name), total=total, completed=step - 1)
             bar.update(tasks[name], completed=step)
 
         return update

@@ -25,6 +25,7 @@ from stackedheads.cli._app import (
     flag,
     flag_text,
     progress_bar,
+    shown,
 )
 from stackedheads.errors import UsageError
 from stackedheads.llm.backends import BACKENDS
@@ -116,7 +117,7 @@ def reproduce_cmd(
         table.add_row(name, f"{stage['wall_s']:.1f} s", "done earlier" if stage.get("already_done") else "ran now")
     Console().print(table)
     Console().print(claims_table(collect(out)))
-    console.print(f"report: {report}")
+    console.print(f"report: {shown(report)}")
 
 
 @app.command("claims")
@@ -138,7 +139,7 @@ def claims_cmd(
     if as_json:
         sys.stdout.write(json.dumps([c.to_dict() for c in found], indent=2) + "\n")
         return
-    Console().print(claims_table(found, f"claims of {run_dir}"))
+    Console().print(claims_table(found, f"claims of {shown(run_dir)}"))
     if readings or reading:
         for table in readings_table(found, reading):
             Console().print(table)
@@ -168,26 +169,26 @@ def seeds_cmd(
     out = Console()
 
     def table(title: str, head: list[str], rows: list[list[str]]) -> None:
-        t = Table(title=title)
+        t = Table(title=shown(title))  # labels and folder names as typed
         for h in head:
-            t.add_column(h, overflow="fold")
+            t.add_column(shown(h), overflow="fold")
         for r in rows:
-            t.add_row(*r)
+            t.add_row(*map(shown, r))
         out.print(t)
 
     for run in runs:
         table(f"{run.label}: {run.section}, {seeds.recipe_text(run.recipe)}", *seeds.seed_table(run))
         for line in seeds.distribution_lines(run):
-            out.print(f"  {line}", highlight=False)
+            out.print(f"  {shown(line)}", highlight=False)
     head, rows = seeds.distance_table(runs)
     if rows:
         table("Distance to Sec. 9's curriculum (|ln plateau/450| + |ln final/0.031| + share out of order)", head, rows)
     if state := seeds.screen(runs):
         table(seeds.screen_title(state), *seeds.screen_table(state))
         if line := seeds.closest_line(state):
-            out.print(line, highlight=False)
+            out.print(shown(line), highlight=False)
     for line in seeds.comparison_lines(comparison):
-        out.print(line, highlight=False)
+        out.print(shown(line), highlight=False)
 
 
 @app.command("report")
@@ -203,7 +204,7 @@ def report_cmd(
     check_folder(run_dir)  # before the lock: a refused folder keeps no .lock
     with FolderLock(run_dir, "report", elsewhere=None):  # not while `reproduce` writes the folder (and its report)
         path = write_report(run_dir, references.results_dir())
-    console.print(f"report: {path}")
+    console.print(f"report: {shown(path)}")
 
 
 
@@ -229,4 +230,4 @@ def publish_cmd(
     ref = references.publish(run_dir, dest, title=title, command=command,
                              commit=git_commit() if commit is None else commit,  # an empty --commit is refused, not HEAD
                              wall_s=wall_s, notes=notes, include=tuple(include), name=name)
-    console.print(f"{dest}: {len(ref.files)} files kept")
+    console.print(f"{shown(dest)}: {len(ref.files)} files kept")
