@@ -60,3 +60,23 @@ def test_names_a_user_typed_are_printed_as_typed(tmp_path, cli, name):
     assert f"run folder: {out}" in r.err.replace("\n", "")
     r = cli("theory", "-m", "2", "--out", tmp_path / name / "t")
     assert r.code == 0 and f"wrote {tmp_path / name / 't'}" in r.err.replace("\n", ""), r.err
+
+
+def test_a_resumed_reproduce_keeps_the_dtype_its_stages_began_with(tmp_path):
+    """`--dtype bfloat16` on resuming a folder begun without one rewrote its config.json and
+    report as bfloat16 for float32 stages (rc 0), and an interrupted folder would have trained its
+    remaining stages in the new dtype."""
+    from stackedheads import presets, reproduce
+    from stackedheads.errors import UsageError
+
+    preset = presets.reproduce("smoke")
+    out = tmp_path / "R"
+    every = tuple(reproduce.STAGES)
+    reproduce.reproduce(preset, out, skip=every)  # records the settings, runs nothing
+    before = (out / "config.json").read_text()
+    reproduce.reproduce(preset, out, dtype="float32", skip=every)  # no stage begun: the setting may be filled
+    (out / "config.json").write_text(before)
+    (out / "theory").mkdir()  # a stage begun with the preset's dtype
+    with pytest.raises(UsageError, match="begun with the preset's dtype"):
+        reproduce.reproduce(preset, out, dtype="bfloat16", skip=every)
+    assert (out / "config.json").read_text() == before

@@ -176,7 +176,10 @@ class Circuit:
         from stackedheads.storage import read_state_json
 
         try:  # bounded in size and depth: --circuit /dev/zero would be read forever
-            return cls.from_dict(check(CircuitFile, read_state_json(p, "a circuit file"), p, "discover it again"))
+            data = read_state_json(p, "a circuit file")
+            circuit = cls.from_dict(data)
+            check(CircuitFile, data, p, "discover it again")  # its recorded values too (stackedheads.schemas)
+            return circuit
         except UsageError:
             raise
         except (KeyError, ValueError, TypeError) as e:
