@@ -197,6 +197,10 @@ def test_publish_piece_publishes_pieces_and_recomputes_what_they_share(pieces, t
     ("A; seed 1 to come; other.", {1}, "A; other."),
     ("Bf16; seeds 3-1 to come. Next.", {1, 2, 3}, "Bf16. Next."),
     ("Bf16; seeds 3-1 to come. Next.", {1}, "Bf16; seeds 3-1 to come. Next."),
+    # A range far wider than the published seeds is judged without counting through it (it built
+    # a set of 10**11 seeds: a MemoryError, or all the memory).
+    ("Seeds 2-99999999999 to come.", {0, 1, 2, 3}, "Seeds 2-99999999999 to come."),
+    ("Seeds 99999999999-2 to come.", set(range(10)), "Seeds 99999999999-2 to come."),
 ])
 def test_a_clause_saying_seeds_are_to_come_goes_once_they_are_published(notes, published, left):
     from stackedheads.publish_piece import without_seeds_to_come

@@ -516,3 +516,17 @@ def test_a_title_or_command_that_is_not_utf8_is_one_line_and_writes_nothing(cli,
         assert not (res / "ref").exists()
     ok = cli("publish", src, "--name", "ref", "--title", "t", "--command", "c", "--commit", "0" * 40, "--results", res, *INCLUDE)
     assert ok.code == 0, ok.err
+
+
+def test_a_damaged_reference_is_named_in_its_place_and_the_others_load(tmp_path):
+    """With results/sec9/lr-3e-4/seeds.md moved away, `reproduce` finished every stage and exited
+    2 with no index.html, and so did `report`."""
+    root = tmp_path / "results"
+    for name in ("sec9/lr-3e-4", "sec8/tl-stack"):
+        shutil.copytree(ROOT / "results" / name, root / name)
+    (root / "sec9" / "lr-3e-4" / "seeds.md").unlink()
+    loaded = {r["name"]: r for r in references.load_all(root)}
+    assert set(loaded) == {"sec9/lr-3e-4", "sec8/tl-stack"}
+    damaged = loaded["sec9/lr-3e-4"]
+    assert "damaged" in damaged["title"] and "seeds.md" in damaged["notes"] and damaged["claims"] == []
+    assert "damaged" not in loaded["sec8/tl-stack"] and loaded["sec8/tl-stack"]["claims"]

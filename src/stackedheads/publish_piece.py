@@ -166,16 +166,17 @@ _TO_COME = re.compile(r"(?P<lead>[;,] |(?<=\. )|^)[Ss]eeds? (?P<seeds>\d[\d, and
 def without_seeds_to_come(notes: str, published: set[int]) -> str:
     """``notes`` less each clause saying seeds are "to come" once every seed it names is
     published; a clause naming a seed still missing, or none, stays."""
-    def named(m: re.Match) -> set[int]:
-        out: set[int] = set()
-        for a, b in re.findall(r"(\d+)(?:-(\d+))?", m.group("seeds")):
-            lo, hi = sorted((int(a), int(b or a)))
-            out.update(range(lo, hi + 1))
-        return out
+    def ranges(m: re.Match) -> list[tuple[int, int]]:
+        return [tuple(sorted((int(a), int(b or a)))) for a, b in re.findall(r"(\d+)(?:-(\d+))?", m.group("seeds"))]
+
+    def all_published(spans: list[tuple[int, int]]) -> bool:
+        # A range is published when each seed in it is: one wider than the published seeds
+        # ("2-99999999999") is not, without counting through it.
+        return bool(spans) and all(hi - lo < len(published) and all(x in published for x in range(lo, hi + 1))
+                                   for lo, hi in spans)
 
     def drop(m: re.Match) -> str:
-        seeds = named(m)
-        if not seeds or not seeds <= published:
+        if not all_published(ranges(m)):
             return m.group(0)
         # After "; " or ", " the sentence goes on, or ends, without the clause; a clause opening a
         # sentence goes with what ends it, and the clause after it opens the sentence.

@@ -444,8 +444,21 @@ def reference_folders(root: Path | None) -> list[Path]:
 
 
 def load_all(root: Path | None) -> list[dict]:
-    """Every reference folder under ``root`` (:func:`reference_folders`), loaded (:func:`load`)."""
-    return [load(p) for p in reference_folders(root)]
+    """Every reference folder under ``root`` (:func:`reference_folders`), loaded (:func:`load`).
+    One that cannot be loaded (a file it lists is gone, its record is damaged) is named as
+    damaged, with why, in its place: one damaged reference never keeps the others, nor the
+    report they go in, from being shown."""
+    return [_loaded_or_damaged(p, root) for p in reference_folders(root)]
+
+
+def _loaded_or_damaged(folder: Path, root: Path) -> dict:
+    try:
+        return load(folder)
+    except UsageError as e:
+        name = folder.relative_to(root).as_posix()
+        return {"name": name, "title": f"{name} (damaged: not judged)", "command": "-", "commit": "-", "machine": "-",
+                "wall_s": None, "date": "-", "notes": str(e), "files": [], "claims": [], "tables": [], "folder": folder,
+                "damaged": str(e)}
 
 
 # --- results/README.md ---------------------------------------------------------------------------
