@@ -80,3 +80,45 @@ def test_a_resumed_reproduce_keeps_the_dtype_its_stages_began_with(tmp_path):
     with pytest.raises(UsageError, match="begun with the preset's dtype"):
         reproduce.reproduce(preset, out, dtype="bfloat16", skip=every)
     assert (out / "config.json").read_text() == before
+
+
+def test_a_path_that_is_not_utf8_prints_readably_and_markup_is_shown_as_typed():
+    import os
+
+    from stackedheads.cli._app import shown
+
+    assert shown(os.fsdecode(b"/tmp/r\xff\xfe")) == "/tmp/r\ufffd\ufffd"
+    assert shown("x[/]y") == "x\\[/]y" and shown("[exp1]/r") == "\\[exp1]/r"
+
+
+@pytest.mark.parametrize("recipe, says", [
+    ("lr-3e-4+lr-1e-4", "lr-3e-4 sets lr to 0.0003 and lr-1e-4 to 0.0001"),
+    ("tl-stack+tl-stack", "names tl-stack twice"),
+    ("tl-stack+init-input-torch+init-input-torch", "names init-input-torch twice"),
+])
+def test_recipes_that_set_one_field_to_two_values_are_refused(recipe, says):
+    """`lr-3e-4+lr-1e-4` trained at 1e-4 without a word."""
+    from stackedheads import recipes
+    from stackedheads.errors import UsageError
+
+    with pytest.raises(UsageError, match=says):
+        recipes.recipe(recipe)
+    assert recipes.recipe("tl-stack+lr-3e-4").changes["lr"] == 3e-4  # recipes that agree compose
+
+
+def test_an_empty_table_is_not_intact(tmp_path):
+    """A 0-byte prompts/kingdoms.jsonl passed its stage's done marker and was never rebuilt."""
+    from stackedheads.storage import RunFolder, intact
+
+    for name in ("kingdoms.jsonl", "summary.json", "rows.csv"):
+        (tmp_path / name).write_text("")
+        assert not intact(tmp_path / name)
+    (tmp_path / "kingdoms.jsonl").write_text('{"a": 1}\n')
+    (tmp_path / "summary.json").write_text("{}")
+    (tmp_path / "rows.csv").write_text("a,b\n1,2\n")
+    assert all(intact(tmp_path / n) for n in ("kingdoms.jsonl", "summary.json", "rows.csv"))
+    stage = RunFolder(tmp_path)
+    stage.mark_done({"ok": True})
+    assert stage.done("a stage") is not None
+    (tmp_path / "kingdoms.jsonl").write_text("")
+    assert stage.done("a stage") is None and stage.missing == tmp_path / "kingdoms.jsonl"

@@ -225,3 +225,15 @@ def test_the_api_applies_the_same_bounds():
                   lambda: make_backend("openai", "m", base_url="http://127.0.0.1:9/v1", concurrency=True)):
         with pytest.raises(UsageError):
             build()
+
+
+def test_a_model_name_that_is_not_utf8_is_one_line_before_any_request(tmp_path, monkeypatch, cli):
+    """A non-UTF-8 --model was retried 6 times and blamed on the server."""
+    import os
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key-0000")
+    with Server() as srv:
+        code, _, err = cli("llm-bench", "--backend", "openai", "--model", os.fsdecode(b"m\xff"), "--base-url", srv.url,
+                           "-f", "equations", "--n", "1", "--out", tmp_path / "o")
+    assert code == 2 and one_error(err) and "--model holds bytes that are not UTF-8" in err, err
+    assert srv.count == 0 and not (tmp_path / "o").exists()

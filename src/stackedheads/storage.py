@@ -276,7 +276,7 @@ _PNG_START, _PNG_END = b"\x89PNG\r\n\x1a\n", b"IEND\xaeB`\x82"
 def intact(path: str | Path) -> bool:
     """``path`` is a file that is whole as far as its kind shows: JSON and JSON lines parse, a
     PNG has its signature and its end chunk, an SVG opens and closes its ``<svg>`` element, a CSV
-    has a header and rows of its width; any other file exists. A 0-byte figure (a full disk) or
+    has a header and rows of its width, and none of them is empty; any other file exists. A 0-byte figure (a full disk) or
     a garbage table is damaged, so a done marker no longer vouches for it and it is rebuilt."""
     path = Path(path)
     if not path.is_file():
@@ -288,6 +288,8 @@ def intact(path: str | Path) -> bool:
         if path.suffix == ".png":
             return data.startswith(_PNG_START) and data.endswith(_PNG_END)
         text = data.decode("utf-8")
+        if not text.strip():  # a 0-byte table or record (a full disk, a truncation) holds nothing it vouches for
+            return False
         if path.suffix == ".json":
             parse_json(text, path, "an output file")
         elif path.suffix == ".jsonl":

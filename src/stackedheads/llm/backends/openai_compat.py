@@ -90,6 +90,15 @@ def check_key(key: str, env: str) -> None:
         raise UsageError(f"{where} holds a space, tab, newline or other control character (copied with it?); it is not repeated here")
 
 
+def check_model_name(model: str) -> None:
+    """Refuse a model name no request can carry: bytes that are not UTF-8 text (a JSON body
+    cannot hold them; the request failed in the client and was retried as the server's fault)."""
+    try:
+        str(model).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError("'model' holds bytes that are not UTF-8 text: give the server's model name as UTF-8", fields=("model",)) from None
+
+
 def check_not_carried(key: str | None, env: str, **given: str | None) -> None:
     """Refuse an argument that holds the API key (``--model sk-...``): what a run is given is
     written (a folder's name, config.json, samples.jsonl, figures), and a key that could be one of
@@ -157,6 +166,7 @@ class OpenAIBackend:
         if key:
             check_key(key, api_key_env)
         check_not_carried(key, api_key_env, model=model)
+        check_model_name(model)
         register_secret(key)
         self._where = public_url(base_url) or "OpenAI"  # also registers a password in the URL
         if not key:
@@ -288,6 +298,7 @@ def _check(model: str, o: OpenAIOptions) -> None:
     if key:
         check_key(key, o.api_key_env)
     check_not_carried(key, o.api_key_env, model=model)
+    check_model_name(model)
     if o.base_url is None and not key:
         raise UsageError(f"no API key: set ${o.api_key_env}, or give 'base_url' for a local server", fields=("base_url",))
 
