@@ -530,3 +530,17 @@ def test_a_damaged_reference_is_named_in_its_place_and_the_others_load(tmp_path)
     damaged = loaded["sec9/lr-3e-4"]
     assert "damaged" in damaged["title"] and "seeds.md" in damaged["notes"] and damaged["claims"] == []
     assert "damaged" not in loaded["sec8/tl-stack"] and loaded["sec8/tl-stack"]["claims"]
+
+
+@pytest.mark.parametrize("wall", ["-5", "Infinity", "true"])
+def test_results_index_refuses_an_impossible_recorded_value(cli, tmp_path, wall):
+    """A hand-edited reference.json with "wall_s": -5 or Infinity was listed as "-5 s" or "inf h"."""
+    src, res = a_run(tmp_path / "src"), tmp_path / "RES"
+    assert cli("publish", src, "--name", "ref", "--title", "t", "--command", "c", "--commit", "0" * 40,
+               "--results", res, *INCLUDE).code == 0
+    path = res / "ref" / "reference.json"
+    path.write_text(re.sub(r'"wall_s": [^,]*,', f'"wall_s": {wall},', path.read_text()))
+    before = (res / "README.md").read_text()
+    r = cli("results-index", "--results", res)
+    refused(r, str(path), "wall_s")
+    assert (res / "README.md").read_text() == before
