@@ -108,6 +108,9 @@ def check_discovery_out(run: Path, out: Path, seeds: tuple[int, ...] | None = No
 
 
 def _member(run: Path, seed: int | None) -> tuple[dict, int]:
+    from stackedheads.storage import require_kind
+
+    require_kind(run, "training run")  # a reproduce or sweep folder has a config.json of its own
     config = _config(run)
     seeds = config.get("seeds") or [0]
     if seed is not None and seed not in seeds:
