@@ -40,3 +40,37 @@ def test_a_circuit_of_this_run_moved_elsewhere_is_accepted(ckpt_run, tmp_path):
     here = Circuit.from_dict(_circuit({"run": str(ckpt_run), "seed": 0}))
     check_circuit_run(here, tmp_path / "circuit.json", ckpt_run, 0)
 
+
+
+def test_circuits_name_their_run_by_its_absolute_path_whatever_the_current_folder(ckpt_run, tmp_path, cli, monkeypatch):
+    """circuit.json recorded `info.run` as typed and emergence resolved it against the current
+    folder: from B/, `emergence d --circuits ../A/c` took A's circuits for B's run, and
+    `emergence ../A/d --circuits ../A/c` refused the right ones."""
+    a, b = tmp_path / "A", tmp_path / "B"
+    copy_run(ckpt_run, a / "d")
+    copy_run(ckpt_run, b / "d")
+    metrics = b / "d" / "metrics.csv"  # B's run trained otherwise
+    metrics.write_text("\n".join(metrics.read_text().splitlines()[:-1]) + "\n")
+    monkeypatch.chdir(a)
+    code, _, err = cli("circuit", "discover", "d", "--out", "c", "--seeds", "0")
+    assert code == 0, err
+    info = json.loads((a / "c" / "seed0" / "circuit.json").read_text())["info"]
+    assert info["run"] == str((a / "d").resolve())
+    monkeypatch.chdir(b)
+    code, _, err = cli("emergence", "d", "--out", "e1", "--circuits", "../A/c", "--seqs", 4)
+    assert code == 2 and one_error(err) and "was discovered on" in err, err
+    code, _, err = cli("emergence", "../A/d", "--out", "e2", "--circuits", "../A/c", "--seqs", 4)
+    assert code == 0, err
+
+
+def test_a_relative_run_recorded_before_is_compared_by_name_not_resolved_here(ckpt_run, tmp_path, monkeypatch):
+    from stackedheads.circuits.ablate import Circuit
+    from stackedheads.emergence import check_circuit_run
+    from stackedheads.errors import UsageError
+
+    other = copy_run(ckpt_run, tmp_path / "elsewhere")  # a folder named like the recorded path, here
+    monkeypatch.chdir(tmp_path)
+    old = Circuit.from_dict(_circuit({"run": "elsewhere", "seed": 0}))
+    with pytest.raises(UsageError, match="was discovered on"):
+        check_circuit_run(old, tmp_path / "circuit.json", ckpt_run, 0)  # not the run named "elsewhere"
+    check_circuit_run(old, tmp_path / "circuit.json", other, 0)

@@ -61,8 +61,7 @@ def test_a_fragment_in_the_base_url_is_redacted_like_the_query(tmp_path, monkeyp
 
 
 def test_a_url_password_equal_to_an_answer_word_costs_no_answer(tmp_path, monkeypatch, cli):
-    """A secret equal to an answer word (here a password in the base URL: an API key that could be
-    a word is refused) made every answer *** before it was scored; then samples.jsonl stored that
+    """A secret equal to an answer word (here a password in the base URL) made every answer *** before it was scored; then samples.jsonl stored that
     answer as ***, losing which answer was given. Answers are scored as given and stored as a hash."""
     from stackedheads import errors
     from stackedheads.llm.compare import load_run
@@ -80,12 +79,15 @@ def test_a_url_password_equal_to_an_answer_word_costs_no_answer(tmp_path, monkey
     assert code == 0, err
     assert word not in stdout + err
     for p in out.rglob("*"):
-        assert word.encode() not in p.read_bytes(), p
+        if p.name != "samples.jsonl":
+            assert word.encode() not in p.read_bytes(), p
     records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     hit = [r for r in records if r["answer"].startswith("sha256:")]
     assert hit and all(r["final"] == r["answer"] and r["correct"] for r in hit)
     assert all(r["answer"] != "***" and r["final"] != "***" for r in records)
-    assert all(word not in json.dumps(r) for r in records)
+    # The word stays where the run wrote it (its prompts): hiding it there would rewrite them.
+    assert all(word not in json.dumps({k: v for k, v in r.items() if k != "prompt"}) for r in records)
+    assert any(word in json.dumps(r["prompt"]) for r in hit)
     assert load_run(out)["per_formulation"]["lives-with"]["correct"] == 12  # re-read, not trusted
     # A short secret is none: redacting it would corrupt ordinary words.
     errors.register_secret("Paris")
@@ -119,17 +121,60 @@ def test_a_key_no_request_can_carry_is_one_line_before_any_request(tmp_path, mon
     assert not out.exists() and not (tmp_path / "r").exists()
 
 
-@pytest.mark.parametrize("key", ["accuracy", "formulation", "12345678", "max_draws"])
-def test_a_key_that_could_be_a_word_or_number_the_run_writes_is_refused(tmp_path, monkeypatch, cli, key):
-    """A key equal to `accuracy` rewrote results.json's accuracy keys to ***: redaction replaces the
-    key wherever it appears, so a key that could be a word or a number of the run's own text is
-    refused, and one that could not is hidden everywhere and rewrites nothing else."""
+@pytest.mark.parametrize("key", ["sk-local-secret", "accuracy", "formulation", "12345678", "max_draws"])
+def test_a_key_a_local_server_uses_is_sent_hidden_from_replies_and_rewrites_nothing(tmp_path, monkeypatch, cli, key):
+    """A key of letters and dashes without a digit ("sk-local-secret", how a vLLM or llama.cpp
+    server may be keyed) was refused before any request. Any key a request can carry is sent; a
+    server's reply that echoes it is stored without it; the run's own words stay as they are,
+    even where the key is one of them (results.json's "accuracy")."""
+    from stackedheads import errors
+
+    monkeypatch.setattr(errors, "_SECRETS", set())
     monkeypatch.setenv("OPENAI_API_KEY", key)
     out = tmp_path / "b"
-    with Server() as srv:
+
+    def echo(n, body, headers):  # answers, saying the key it was sent as a word of its own
+        sent = {k.lower(): v for k, v in headers.items()}["authorization"].removeprefix("Bearer ")
+        text = f"{sent} said: x"
+        return 200, {"Content-Type": "application/json"}, json.dumps(
+            {"id": "c", "object": "chat.completion", "created": 0, "model": "m",
+             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}).encode()
+
+    with Server(echo) as srv:
         code, stdout, err = cli(*BENCH_ONE, "--base-url", srv.url, "--out", out)
-    assert code == 2 and one_error(err) and "could be a word or a number the run writes" in err, err
-    assert key not in stdout + err and srv.count == 0 and not out.exists()
+    assert code == 0, err
+    assert srv.auth == [f"Bearer {key}"]
+    record = json.loads((out / "samples.jsonl").read_text())
+    assert record["draws"][0]["text"].startswith("*** said")  # the echo, hidden as a whole token
+    results = json.loads((out / "results.json").read_text())
+    assert "accuracy" in results["cells"][0] and "***" not in (out / "results.json").read_text()
+    if key == "sk-local-secret":  # no word of the run: nowhere at all
+        for p in out.rglob("*"):
+            assert key.encode() not in p.read_bytes(), p
+        assert key not in stdout + err
+
+
+def test_a_key_as_a_whole_token_is_hidden_but_not_inside_another_word():
+    from stackedheads import errors
+
+    errors.register_secret("sk-local-secret")
+    assert errors.redact("Bearer sk-local-secret, and 'sk-local-secret'.") == "Bearer ***, and '***'."
+    assert errors.redact("sk-local-secrets x-sk-local-secret") == "sk-local-secrets x-sk-local-secret"
+    assert errors.redact_written("accuracy sk-local-secret") == "accuracy sk-local-secret"  # kept out at its sources
+
+
+def test_a_key_given_as_the_model_is_refused_before_anything_is_written(tmp_path, monkeypatch, cli):
+    """`--model sk-FAKEkey9876543210zz` with that key in $OPENAI_API_KEY put the key in
+    samples.jsonl, figure2.svg, the printed table and a folder's name."""
+    key = "sk-FAKEkey9876543210zz"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    for model in (key, f"org/{key}"):
+        out = tmp_path / "o"
+        with Server() as srv:
+            code, stdout, err = cli("llm-bench", "--backend", "openai", "--model", model, "--base-url", srv.url,
+                                    "-f", "equations", "--n", "2", "--out", out)
+        assert code == 2 and one_error(err) and "--model holds the API key in $OPENAI_API_KEY" in err, err
+        assert key not in stdout + err and srv.count == 0 and not out.exists()
 
 
 @pytest.mark.parametrize("key", ["EMPTY", "token-abc123", "Zq" * 16])
@@ -180,3 +225,15 @@ def test_the_api_applies_the_same_bounds():
                   lambda: make_backend("openai", "m", base_url="http://127.0.0.1:9/v1", concurrency=True)):
         with pytest.raises(UsageError):
             build()
+
+
+def test_a_model_name_that_is_not_utf8_is_one_line_before_any_request(tmp_path, monkeypatch, cli):
+    """A non-UTF-8 --model was retried 6 times and blamed on the server."""
+    import os
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key-0000")
+    with Server() as srv:
+        code, _, err = cli("llm-bench", "--backend", "openai", "--model", os.fsdecode(b"m\xff"), "--base-url", srv.url,
+                           "-f", "equations", "--n", "1", "--out", tmp_path / "o")
+    assert code == 2 and one_error(err) and "--model holds bytes that are not UTF-8" in err, err
+    assert srv.count == 0 and not (tmp_path / "o").exists()

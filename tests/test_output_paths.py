@@ -47,19 +47,19 @@ def test_an_empty_output_path_is_refused_by_every_verb(cli, tmp_path, monkeypatc
 # --- 44.1: atomic writes and special files --------------------------------------------------------
 
 
-def test_an_atomic_write_goes_through_a_fifo(cli, tmp_path):
+def test_an_atomic_write_refuses_a_fifo_and_writes_through_dev_null(cli, tmp_path):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
-    got = []
-    # A daemon: were the FIFO replaced, nothing would ever open it for writing.
-    reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)
-    reader.start()
+    # No reader: a writer that opened the FIFO would wait for ever; it is refused before that.
     r = cli("prompts", "-f", "equations", "--out", fifo)
-    assert r.code == 0, r.err
-    assert stat.S_ISFIFO(fifo.lstat().st_mode)  # still a FIFO, not a regular file renamed over it
-    reader.join()  # the write closed the FIFO: the reader has its end of file
-    assert json.loads(got[0].splitlines()[0])["formulation"] == "equations"
+    refused(r, "FIFO")
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)  # left as it was, not replaced by a regular file
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]  # no temp file left
+    with pytest.raises(UsageError, match="FIFO"):
+        storage.atomic_write_json(fifo, {})
+    r = cli("prompts", "-f", "equations", "--out", os.devnull)  # the one device written through
+    assert r.code == 0, r.err
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
 
 
 def test_an_atomic_write_refuses_a_symbolic_link(cli, tmp_path):
@@ -114,3 +114,16 @@ def test_an_output_that_is_a_dangling_link_or_a_folder_is_named_plainly(tmp_path
     (tmp_path / "d").mkdir()
     r = cli("prompts", "-f", "equations", "--n", "1", "--out", tmp_path / "d")
     assert r.code == 2 and one_error(r.err) and f"{tmp_path / 'd'} is a folder" in r.err and ".tmp" not in r.err
+
+
+@pytest.mark.parametrize("name", ["theory.jsonl", "README.md"])
+def test_a_fifo_where_a_verb_writes_a_state_file_is_one_line_not_a_hang(cli_process, tmp_path, name):
+    """A FIFO at theory.jsonl (`theory --out D`) or at a results folder's README.md
+    (`results-index`) hung the writer until a reader came."""
+    folder = tmp_path / "D"
+    folder.mkdir()
+    os.mkfifo(folder / name)
+    args = ("theory", "--out", folder) if name == "theory.jsonl" else ("results-index", "--results", folder)
+    r = cli_process(*args, timeout=120)  # a writer waiting on the FIFO would time out here
+    assert r.code == 2 and one_error(r.err) and "FIFO" in r.err and str(folder / name) in r.err, r.err
+    assert stat.S_ISFIFO((folder / name).lstat().st_mode)

@@ -37,14 +37,14 @@ def refused(r, *words: str) -> None:
 
 def test_a_nested_name_publishes_under_its_section_with_the_stage_it_holds(cli, run, tmp_path):
     results = tmp_path / "results"
-    r = cli("publish-piece", "sec9/tl-stack", run, *FIRST, "--results", results)
+    r = cli("publish-piece", "sec9/gpt2", run, *FIRST, "--results", results)
     assert r.code == 0, r.err
-    ref = json.loads((results / "sec9" / "tl-stack" / "reference.json").read_text())
-    assert ref["name"] == "sec9/tl-stack" and ref["commit"] == "7e32fd7"
-    assert "stackedheads seeds R --markdown --label tl-stack > R/seeds.md" in ref["command"]
-    assert (results / "sec9" / "tl-stack" / "emergence" / "runs" / "transformer-D" / "metrics.csv").is_file()
-    assert "[sec9/tl-stack](sec9/tl-stack/)" in (results / "README.md").read_text()
-    assert (results / "sec9" / "tl-stack" / "seeds.md").read_text().startswith("### tl-stack (sec9;")
+    ref = json.loads((results / "sec9" / "gpt2" / "reference.json").read_text())
+    assert ref["name"] == "sec9/gpt2" and ref["commit"] == "7e32fd7"
+    assert "stackedheads seeds R --markdown --label gpt2 > R/seeds.md" in ref["command"]
+    assert (results / "sec9" / "gpt2" / "emergence" / "runs" / "transformer-D" / "metrics.csv").is_file()
+    assert "[sec9/gpt2](sec9/gpt2/)" in (results / "README.md").read_text()
+    assert (results / "sec9" / "gpt2" / "seeds.md").read_text().startswith("### gpt2 (sec9;")
 
 
 @pytest.mark.parametrize("name", ["../x", "sec9/../x", "/etc/x", "sec9//x", ".x"])
@@ -134,7 +134,7 @@ def test_publish_piece_publishes_pieces_and_recomputes_what_they_share(pieces, t
     results = tmp_path / "results"
     from stackedheads import publish_piece as sp
 
-    publish = publisher(results, name="lr-constant")
+    publish = publisher(results, name="pieces-a")
 
     with pytest.raises(UsageError, match="needs --title, --train-command and --notes"):
         publish(runs / f"{EMERGENCE_RUN}-seed1")
@@ -159,16 +159,24 @@ def test_publish_piece_publishes_pieces_and_recomputes_what_they_share(pieces, t
     for kind, file, held in (("discovered", "circuit.json", (2, 3)), ("timeline", "timeline.json", (0,))):
         for s in held:
             (em / kind / f"seed{s}").mkdir(parents=True)
-            (em / kind / f"seed{s}" / file).write_text("{}")
+            (em / kind / f"seed{s}" / file).write_text(json.dumps({"info": {"config": {"threshold": 0.05, "tolerance": 0.04}}}))
     assert sp.analysed(em, [1, 2, 3]) == "circuits (App. E's 0.05 on its last checkpoint) for seeds 2,3; no timeline"
     assert sp.analysed(em, [2, 3]) == "circuits (App. E's 0.05 on its last checkpoint); no timeline"
     assert sp.analysed(em, [1]) == "no circuits yet (E4 from metrics.csv)"
     (em / "timeline" / "seed2").mkdir()
     (em / "timeline" / "seed2" / "timeline.json").write_text("{}")
     assert sp.analysed(em, [2, 3]).endswith("and a timeline for seed 2")
-    assert {p.parent.name for p in (results / "lr-constant").glob("emergence/runs/*/summary.json")} == {
+    # what the sentence and the command say of discovery is what the circuits record
+    for s in (2, 3):
+        (em / "discovered" / f"seed{s}" / "circuit.json").write_text(json.dumps({"info": {"config": {"threshold": None, "tolerance": 0.04}}}))
+    assert sp.discovery(em) == ("--tolerance 0.04", "a tolerance of 0.04 over the unablated loss")
+    assert sp.analysed(em, [2, 3]).startswith("circuits (a tolerance of 0.04 over the unablated loss on its last checkpoint)")
+    (em / "discovered" / "seed2" / "circuit.json").write_text(json.dumps({"info": {"config": {"threshold": 0.05}}}))
+    with pytest.raises(UsageError, match="found under different settings"):
+        sp.discovery(em)
+    assert {p.parent.name for p in (results / "pieces-a").glob("emergence/runs/*/summary.json")} == {
         EMERGENCE_RUN, f"{EMERGENCE_RUN}-s1"}
-    (run,) = seeds.collect_seeds([results / "lr-constant"])
+    (run,) = seeds.collect_seeds([results / "pieces-a"])
     assert [r.seed for r in run.rows] == ["0", "1"]
     with pytest.raises(UsageError, match="holds some of seeds"):
         publish(root / "whole" / "emergence" / "runs" / EMERGENCE_RUN)
@@ -197,6 +205,10 @@ def test_publish_piece_publishes_pieces_and_recomputes_what_they_share(pieces, t
     ("A; seed 1 to come; other.", {1}, "A; other."),
     ("Bf16; seeds 3-1 to come. Next.", {1, 2, 3}, "Bf16. Next."),
     ("Bf16; seeds 3-1 to come. Next.", {1}, "Bf16; seeds 3-1 to come. Next."),
+    # A range far wider than the published seeds is judged without counting through it (it built
+    # a set of 10**11 seeds: a MemoryError, or all the memory).
+    ("Seeds 2-99999999999 to come.", {0, 1, 2, 3}, "Seeds 2-99999999999 to come."),
+    ("Seeds 99999999999-2 to come.", set(range(10)), "Seeds 99999999999-2 to come."),
 ])
 def test_a_clause_saying_seeds_are_to_come_goes_once_they_are_published(notes, published, left):
     from stackedheads.publish_piece import without_seeds_to_come
@@ -220,7 +232,7 @@ def test_publish_piece_lays_sec8_pieces_out_as_results_sec8_with_maps(tmp_path, 
     r = cli("attention", runs[0], "--seed", 0, "--out", tmp_path / "maps0" / "seed0")
     assert r.code == 0, r.err
     results = tmp_path / "results"
-    publish = publisher(results, name="tl-stack", stage="circuits")
+    publish = publisher(results, name="pieces-b", stage="circuits")
 
     with pytest.raises(UsageError, match="--timeline belongs to the emergence stage, not circuits"):
         publish(runs[0], timeline=[tmp_path / "disc0"])
@@ -228,7 +240,7 @@ def test_publish_piece_lays_sec8_pieces_out_as_results_sec8_with_maps(tmp_path, 
                     train_command="stackedheads train --preset sec8-smoke --recipe paper-curriculum", notes="Seed 0.")
     assert "stackedheads attention RUN --seed S --out R/circuits/maps/seedS" in first["command"]
     second = publish(runs[1], note="on another CPU")
-    dest = results / "tl-stack"
+    dest = results / "pieces-b"
     assert {p.parent.name for p in dest.glob("circuits/runs/*/summary.json")} == {CIRCUITS_RUN, f"{CIRCUITS_RUN}-s1"}
     assert (dest / "circuits" / "discovered" / "seed0" / "circuit.json").is_file()
     assert {p.name for p in (dest / "circuits" / "maps" / "seed0").iterdir()} >= {"mean.png", "mean.svg"}
@@ -242,6 +254,25 @@ def test_publish_piece_lays_sec8_pieces_out_as_results_sec8_with_maps(tmp_path, 
     assert [r.seed for r in run.rows] == ["0", "1"]
     # a Sec. 9 result takes no Sec. 8 piece
     (results / "sec9-like" / "emergence").mkdir(parents=True)
-    (results / "sec9-like" / "reference.json").write_text("{}")
+    (results / "sec9-like" / "reference.json").write_text(json.dumps(
+        {"name": "sec9-like", "title": "t", "command": "c", "commit": "abcdef0", "machine": "m", "wall_s": 1.0,
+         "date": "2026-01-01", "notes": "", "files": []}))
     with pytest.raises(UsageError, match="holds no circuits stage"):
         publish(runs[1], name="sec9-like")
+
+
+@pytest.mark.parametrize("name, command, says", [
+    ("sec9/lr-3e-4", "stackedheads train --preset sec9-smoke", "NAME's last folder 'lr-3e-4' names recipe lr-3e-4"),
+    ("sec9/tl-stack+lr-3e-4", "stackedheads train --preset sec9-smoke", "optim.lr: 0.001 in the run, 0.0003"),
+    ("sec9/mine", "stackedheads train --preset sec9-smoke --recipe lr-3e-4", "--train-command's --recipe 'lr-3e-4'"),
+])
+def test_a_piece_named_for_a_recipe_its_run_was_not_trained_with_is_refused(cli, run, tmp_path, name, command, says):
+    """A run at lr 1e-3 published as sec9/lr-3e-4 with --train-command "... --recipe lr-3e-4",
+    and `seeds` then ranked it as lr 3e-4."""
+    first = ["--title", "t", "--train-command", command, "--notes", "n", "--commit", "7e32fd7"]
+    r = cli("publish-piece", name, run, *first, "--results", tmp_path / "results")
+    refused(r, says)
+    assert not (tmp_path / "results").exists()
+    ok = cli("publish-piece", "sec9/gpt2", run, *first[:3], "stackedheads train --preset sec9-smoke", *first[4:],
+             "--results", tmp_path / "results")
+    assert ok.code == 0, ok.err

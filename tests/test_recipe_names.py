@@ -34,8 +34,9 @@ def test_recipes_compose_left_to_right():
     lr_lower = presets.get("sec9", "tl-stack+lr-3e-4")
     assert lr_lower == presets.get("sec9", "tl-stack").override(lr=3e-4)
     assert presets.get("sec9", "lr-3e-4").optim.lr == 3e-4 and presets.get("sec9", "lr-1e-4").optim.lr == 1e-4
-    # a later part's field wins
-    assert presets.get("sec9", "lr-3e-4+lr-1e-4").optim.lr == 1e-4
+    # parts that set one field to two values are refused, not settled by order
+    with pytest.raises(UsageError, match="lr-3e-4 sets lr to 0.0003 and lr-1e-4 to 0.0001"):
+        presets.get("sec9", "lr-3e-4+lr-1e-4")
     assert presets.get("sec9", "init-input-torch+lr-constant") == presets.get("sec9").override(
         in_init="torch", warmup_steps=0, schedule="constant")
     assert recipes.recipe("tl-stack+init-input-torch", note=None).choices == 3

@@ -479,3 +479,68 @@ def test_a_commit_must_be_one_of_the_repository_holding_the_results(cli, tmp_pat
     assert json.loads((repo / "results" / "ref" / "reference.json").read_text())["commit"] == head(repo)
     r = publish(cli, src, tmp_path / "elsewhere", *INCLUDE, commit="deadbeef")
     assert r.code == 0, r.err
+
+
+def test_a_reference_never_lies_inside_another(cli, tmp_path):
+    """`publish --name a/b`, then `--name a/b/c` was accepted, and publishing a/b again deleted
+    a/b/c with the rest of the old a/b."""
+    src, res = a_run(tmp_path / "src"), tmp_path / "RES"
+    ok = cli("publish", src, "--name", "a/b", "--title", "t", "--command", "c", "--commit", "0" * 40,
+             "--results", res, *INCLUDE)
+    assert ok.code == 0, ok.err
+    inner = cli("publish", src, "--name", "a/b/c", "--title", "t", "--command", "c", "--commit", "0" * 40,
+                "--results", res, *INCLUDE)
+    refused(inner, "inside the reference 'a/b'")
+    assert not (res / "a" / "b" / "c").exists()
+    # A reference already below a name (laid there by hand) keeps it from being published over.
+    shutil.copytree(res / "a" / "b", res / "x" / "y")
+    (res / "x" / "reference.json").unlink(missing_ok=True)
+    shutil.copytree(res / "a" / "b", tmp_path / "outer")
+    shutil.move(tmp_path / "outer", res / "x" / "outer")
+    over = cli("publish", src, "--name", "x", "--title", "t2", "--command", "c", "--commit", "0" * 40,
+               "--results", res, *INCLUDE)
+    refused(over)
+    assert (res / "x" / "y" / "reference.json").is_file()
+
+
+def test_a_title_or_command_that_is_not_utf8_is_one_line_and_writes_nothing(cli, tmp_path):
+    """A non-UTF-8 --title put reference.json in place, then failed writing README.md with a
+    traceback, and every later publish into the folder failed the same way."""
+    src, res = a_run(tmp_path / "src"), tmp_path / "RES"
+    bad = b"t\xff\xfe".decode("utf-8", "surrogateescape")
+    for option in ("--title", "--command", "--notes"):
+        args = {"--title": "t", "--command": "c", "--notes": "n", option: bad}
+        r = cli("publish", src, "--name", "ref", *[x for kv in args.items() for x in kv], "--commit", "0" * 40,
+                "--results", res, *INCLUDE)
+        refused(r, option, "UTF-8")
+        assert not (res / "ref").exists()
+    ok = cli("publish", src, "--name", "ref", "--title", "t", "--command", "c", "--commit", "0" * 40, "--results", res, *INCLUDE)
+    assert ok.code == 0, ok.err
+
+
+def test_a_damaged_reference_is_named_in_its_place_and_the_others_load(tmp_path):
+    """With results/sec9/lr-3e-4/seeds.md moved away, `reproduce` finished every stage and exited
+    2 with no index.html, and so did `report`."""
+    root = tmp_path / "results"
+    for name in ("sec9/lr-3e-4", "sec8/tl-stack"):
+        shutil.copytree(ROOT / "results" / name, root / name)
+    (root / "sec9" / "lr-3e-4" / "seeds.md").unlink()
+    loaded = {r["name"]: r for r in references.load_all(root)}
+    assert set(loaded) == {"sec9/lr-3e-4", "sec8/tl-stack"}
+    damaged = loaded["sec9/lr-3e-4"]
+    assert "damaged" in damaged["title"] and "seeds.md" in damaged["notes"] and damaged["claims"] == []
+    assert "damaged" not in loaded["sec8/tl-stack"] and loaded["sec8/tl-stack"]["claims"]
+
+
+@pytest.mark.parametrize("wall", ["-5", "Infinity", "true"])
+def test_results_index_refuses_an_impossible_recorded_value(cli, tmp_path, wall):
+    """A hand-edited reference.json with "wall_s": -5 or Infinity was listed as "-5 s" or "inf h"."""
+    src, res = a_run(tmp_path / "src"), tmp_path / "RES"
+    assert cli("publish", src, "--name", "ref", "--title", "t", "--command", "c", "--commit", "0" * 40,
+               "--results", res, *INCLUDE).code == 0
+    path = res / "ref" / "reference.json"
+    path.write_text(re.sub(r'"wall_s": [^,]*,', f'"wall_s": {wall},', path.read_text()))
+    before = (res / "README.md").read_text()
+    r = cli("results-index", "--results", res)
+    refused(r, str(path), "wall_s")
+    assert (res / "README.md").read_text() == before

@@ -32,7 +32,7 @@ from stackedheads.circuits.rules import path_attention
 from stackedheads.errors import UsageError
 from stackedheads.ordering import end_of_plateau, order_of
 from stackedheads.plots import pyplot, save_figure
-from stackedheads.origins import same_run
+from stackedheads.origins import same_recorded_run
 from stackedheads.storage import RunFolder, atomic_write_json, check_seeds, read_state_json
 from stackedheads.training import (
     TrainConfig,
@@ -251,9 +251,8 @@ def check_circuit_run(circuit: Circuit, path: Path, run_dir: Path, seed: int) ->
         raise UsageError(f"{path} is the circuit of seed {info.seed}, not of seed {seed} of {run_dir}")
     if not info.run:
         return  # a hand-written circuit names no run
-    recorded = Path(info.run)
     try:
-        same = same_run(recorded, run_dir) if recorded.exists() else recorded.name == Path(run_dir).resolve().name
+        same = same_recorded_run(info.run, run_dir)  # discovery records the run's absolute path
     except OSError:
         same = False
     if not same:

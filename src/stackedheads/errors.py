@@ -44,16 +44,53 @@ _URL_QUERY = re.compile(rf"(?i)([?&]{_QUERY_NAME}=)[^&#\s\"']+")
 MIN_SECRET_CHARS = 8
 
 
+# A secret of this many characters, or one that mixes letters and digits, is no word or number
+# the run writes: it is hidden wherever it appears, inside any text. Any other (a phrase such as
+# "sk-local-secret" that a local server is keyed with) could be one of the run's own words
+# ("accuracy"): it is hidden where it stands as a whole token in text that came from elsewhere
+# (a server's reply, an error, a traceback), and kept from the run's own files by refusing it
+# where it could enter them (an argument that holds it, see llm.backends.openai_compat).
+UNMISTAKABLE_CHARS = 32
+# Characters that continue a token: a secret inside a longer run of them is part of another word.
+_TOKEN_CHARS = r"A-Za-z0-9_\-"
+
+
+def unmistakable(secret: str) -> bool:
+    """Whether ``secret`` can be no word or number of the run's own (:data:`UNMISTAKABLE_CHARS`)."""
+    return len(secret) >= UNMISTAKABLE_CHARS or (any(c.isalpha() for c in secret) and any(c.isdigit() for c in secret))
+
+
 def register_secret(value: str | None) -> None:
     """Never show or write ``value`` if it has at least :data:`MIN_SECRET_CHARS` characters."""
     if value and len(value) >= MIN_SECRET_CHARS:
         _SECRETS.add(value)
 
 
+def holds_secret(text: str) -> bool:
+    """Whether ``text`` holds a registered secret (as :func:`redact_secrets` finds one)."""
+    return redact_secrets(text) != text
+
+
 def redact_secrets(text: str) -> str:
-    """``text`` without any registered secret (plain replacement: cheap on large files)."""
+    """``text`` without any registered secret: an unmistakable one wherever it appears (plain
+    replacement: cheap on large files), any other where it stands as a whole token."""
     for s in sorted(_SECRETS, key=len, reverse=True):
-        if s in text:
+        if s not in text:
+            continue
+        if unmistakable(s):
+            text = text.replace(s, REDACTED)
+        else:
+            text = re.sub(rf"(?<![{_TOKEN_CHARS}]){re.escape(s)}(?![{_TOKEN_CHARS}])", REDACTED, text)
+    return text
+
+
+def redact_written(text: str) -> str:
+    """``text``, the run's own words about to be written, without any unmistakable registered
+    secret (the last line of defence of every state file). A secret that could be one of those
+    words is not replaced here, which would rewrite them: it never reaches them (text from a
+    server is redacted as it arrives, an argument that holds it is refused)."""
+    for s in sorted(_SECRETS, key=len, reverse=True):
+        if unmistakable(s) and s in text:
             text = text.replace(s, REDACTED)
     return text
 

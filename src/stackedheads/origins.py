@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from stackedheads.errors import UsageError
+from stackedheads.schemas import CircuitFile, RunConfig, check
 from stackedheads.statefiles import read_bytes, read_state_json
 from stackedheads.storage import atomic_write_json
 
@@ -27,8 +28,20 @@ def same_run(a: str | Path, b: str | Path) -> bool:
         return False
 
 
+def same_recorded_run(recorded: str | Path, run: str | Path) -> bool:
+    """``run`` is the run a file recorded as ``recorded``: an absolute path that still exists is
+    compared as :func:`same_run` does; a relative one was recorded as typed, from a folder no
+    file names, and one that no longer exists (a moved or published folder) tells the run's name
+    only, so those are compared by name. Never resolved against the current folder."""
+    recorded = Path(recorded)
+    if recorded.is_absolute() and recorded.exists():
+        return same_run(recorded, run)
+    return recorded.name == Path(run).resolve().name
+
+
 def _config(run: Path) -> dict:
-    return read_state_json(Path(run) / "config.json", "the run's training configuration")
+    path = Path(run) / "config.json"
+    return check(RunConfig, read_state_json(path, "the run's training configuration"), path, "give a training run's folder")
 
 
 def _settings_differ(old: dict, new: dict, old_where: Path, new_where: Path) -> list[str]:
@@ -77,12 +90,12 @@ def check_discovery_out(run: Path, out: Path, seeds: tuple[int, ...] | None = No
     config = _config(run)
     now = set(config.get("seeds", []) if seeds is None else seeds)
     for path in sorted(Path(out).glob("seed*/circuit.json")):
-        info = read_state_json(path, "a discovered circuit").get("info")
+        info = check(CircuitFile, read_state_json(path, "a discovered circuit"), path, "discover into another --out").get("info")
         other = info.get("run") if isinstance(info, dict) else None
         if not isinstance(other, str) or not other:
             continue  # a hand-written circuit names no run
         other = Path(other)
-        if same_run(other, run):
+        if same_recorded_run(other, run):
             continue
         seed = info.get("seed")
         if seed in now:
@@ -92,3 +105,38 @@ def check_discovery_out(run: Path, out: Path, seeds: tuple[int, ...] | None = No
             if diff:
                 raise UsageError(f"{out} holds the circuits of {other}, a run of other settings ({'; '.join(diff[:3])}): "
                                  "discover into another --out")
+
+
+def _member(run: Path, seed: int | None) -> tuple[dict, int]:
+    from stackedheads.storage import require_kind
+
+    require_kind(run, "training run")  # a reproduce or sweep folder has a config.json of its own
+    config = _config(run)
+    seeds = config.get("seeds") or [0]
+    if seed is not None and seed not in seeds:
+        raise UsageError(f"{run} has seeds {seeds}, not {seed}")
+    return config, seeds[0] if seed is None else seed
+
+
+def check_maps_out(run: Path, out: Path, seed: int | None) -> None:
+    """Refuse ``out`` when it holds the attention maps of another run or another member: the
+    figures of one (a layer3.png of a 5-layer run) would stay beside another's, and nothing
+    would say which is which. One folder holds one member's maps (``seed``; None: the first)."""
+    path = Path(out) / SOURCES
+    if not path.exists():
+        return
+    recorded = read_state_json(path, "the run these attention maps were made from").get("runs")
+    if not isinstance(recorded, dict) or not all(isinstance(e, dict) for e in recorded.values()):
+        raise UsageError(f"{path} has the wrong shape (no 'runs'): delete it, or give another --out")
+    _, seed = _member(run, seed)
+    for other_seed, entry in recorded.items():
+        other = str(entry.get("run"))
+        if other_seed != str(seed) or not same_recorded_run(other, run):
+            raise UsageError(f"{out} holds the attention maps of seed {other_seed} of {other}, not of seed {seed} of "
+                             f"{run}: give another --out (one folder per run and seed)")
+
+
+def record_maps_out(run: Path, out: Path, seed: int | None) -> None:
+    """Record in ``out`` the run and member its attention maps are made from (:func:`check_maps_out`)."""
+    config, seed = _member(run, seed)
+    atomic_write_json(Path(out) / SOURCES, {"runs": {str(seed): {"run": str(Path(run).resolve()), "config": config}}})

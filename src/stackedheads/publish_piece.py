@@ -39,7 +39,7 @@ RUN_FILES = ("config.json", "summary.json", "metrics.csv")  # a finished trainin
 SEGMENTS = "segments.jsonl"
 _RUN_GLOBS = ("runs/*/*.json", "runs/*/*.jsonl", "runs/*/*.csv", "discovered/*/*.json", "discovered/*/*.png",
               "discovered/*/*.svg")
-_DISCOVER = "stackedheads circuit discover RUN --threshold 0.05 --out R/{stage}/discovered"
+_DISCOVER = "stackedheads circuit discover RUN {discover} --out R/{stage}/discovered"
 _TAIL = ("(RUN's config.json, summary.json, metrics.csv, segments.jsonl copied to R/{stage}/runs/{run}); "
          "stackedheads claims R --json > R/claims.json; stackedheads seeds R --markdown --label {label} > R/seeds.md")
 
@@ -166,16 +166,17 @@ _TO_COME = re.compile(r"(?P<lead>[;,] |(?<=\. )|^)[Ss]eeds? (?P<seeds>\d[\d, and
 def without_seeds_to_come(notes: str, published: set[int]) -> str:
     """``notes`` less each clause saying seeds are "to come" once every seed it names is
     published; a clause naming a seed still missing, or none, stays."""
-    def named(m: re.Match) -> set[int]:
-        out: set[int] = set()
-        for a, b in re.findall(r"(\d+)(?:-(\d+))?", m.group("seeds")):
-            lo, hi = sorted((int(a), int(b or a)))
-            out.update(range(lo, hi + 1))
-        return out
+    def ranges(m: re.Match) -> list[tuple[int, int]]:
+        return [tuple(sorted((int(a), int(b or a)))) for a, b in re.findall(r"(\d+)(?:-(\d+))?", m.group("seeds"))]
+
+    def all_published(spans: list[tuple[int, int]]) -> bool:
+        # A range is published when each seed in it is: one wider than the published seeds
+        # ("2-99999999999") is not, without counting through it.
+        return bool(spans) and all(hi - lo < len(published) and all(x in published for x in range(lo, hi + 1))
+                                   for lo, hi in spans)
 
     def drop(m: re.Match) -> str:
-        seeds = named(m)
-        if not seeds or not seeds <= published:
+        if not all_published(ranges(m)):
             return m.group(0)
         # After "; " or ", " the sentence goes on, or ends, without the clause; a clause opening a
         # sentence goes with what ends it, and the clause after it opens the sentence.
@@ -187,6 +188,60 @@ def without_seeds_to_come(notes: str, published: set[int]) -> str:
     return _TO_COME.sub(drop, notes).strip()
 
 
+def check_recipe_names(run: Path, label: str, train_command: str | None) -> None:
+    """Refuse a piece whose name (its last folder) or train command names a recipe its run was
+    not trained with: ``seeds`` ranks a result by its name's recipe, so a run at lr 1e-3 named
+    ``lr-3e-4`` would be ranked as lr 3e-4. The run's config.json is what it was trained with; a
+    recipe agrees with it when applying the recipe's changes to it changes nothing. A name that
+    is no recipe ("screen") says nothing of the settings."""
+    from dataclasses import asdict
+
+    from stackedheads import recipes
+    from stackedheads.storage import flat
+    from stackedheads.training.config import TrainConfig
+
+    named = []
+    try:
+        named.append((f"NAME's last folder {label!r}", recipes.canonical(label, note=None)))
+    except UsageError:
+        pass
+    for given in re.findall(r"--recipe[= ](\S+)", train_command or ""):
+        named.append((f"--train-command's --recipe {given!r}", recipes.canonical(given.strip("'\""), note=None)))
+    if not named:
+        return
+    config = TrainConfig.from_dict(read_state_json(run / "config.json", "a training run's config"), run / "config.json")
+    have = flat(json.loads(json.dumps(asdict(config))))
+    for where, name in named:
+        want = flat(json.loads(json.dumps(asdict(config.override(**recipes.recipe(name, note=None).changes)))))
+        differ = [k for k in want if want[k] != have.get(k)]
+        if differ:
+            shown = "; ".join(f"{k}: {have.get(k)} in the run, {want[k]} in {name}" for k in differ[:3])
+            raise UsageError(f"{where} names recipe {name}, which {run} was not trained with ({shown}): "
+                             "name the piece by the recipe its run used")
+
+
+def discovery(folder: Path) -> tuple[str, str]:
+    """How the circuits under ``folder/discovered`` were found, read from their circuit.json
+    (``info.config``): the option ``circuit discover`` was given, and how a sentence says it. A
+    reference records what its files hold, never a default; circuits found under different
+    settings are no one result."""
+    found = set()
+    for path in sorted((folder / "discovered").glob("seed*/circuit.json")):
+        info = read_state_json(path, "a discovered circuit").get("info")
+        config = info.get("config") if isinstance(info, dict) else None
+        if not isinstance(config, dict):
+            raise UsageError(f"{path} records no discovery settings (info.config): discover its circuits again")
+        threshold, tolerance = config.get("threshold"), config.get("tolerance")
+        found.add(("threshold", threshold) if threshold is not None else ("tolerance", tolerance))
+    if len(found) > 1:
+        raise UsageError(f"{folder / 'discovered'} holds circuits found under different settings "
+                         f"({', '.join(f'--{k} {v}' for k, v in sorted(found, key=str))}): discover them under one")
+    kind, value = next(iter(found), ("threshold", 0.05))
+    if kind == "threshold":
+        return f"--threshold {value:g}", ("App. E's 0.05" if value == 0.05 else f"an absolute threshold of {value:g}")
+    return f"--tolerance {value:g}", f"a tolerance of {value:g} over the unablated loss"
+
+
 def analysed(folder: Path, seeds: list[int], stage: Stage = STAGES["emergence"]) -> str:
     """What the piece's seeds hold beside their metrics: circuits and a timeline (or attention
     maps), naming the seeds that have one where some have not."""
@@ -196,7 +251,7 @@ def analysed(folder: Path, seeds: list[int], stage: Stage = STAGES["emergence"])
     circuits, second = held("discovered", "circuit.json"), held(stage.second, stage.second_file)
     if circuits is None:
         return f"no circuits yet ({stage.without})"
-    return (f"circuits (App. E's 0.05 on its last checkpoint){circuits}"
+    return (f"circuits ({discovery(folder)[1]} on its last checkpoint){circuits}"
             + (f" and {stage.second_said}{second}" if second is not None else f"; no {stage.second_said.removeprefix('a ')}"))
 
 
@@ -233,11 +288,12 @@ def publish_piece(a: Piece) -> tuple[Path, references.Reference]:
     if re.search(r"\bclone of\b|\bcommit [0-9a-f]{7}", a.note):
         raise UsageError("--note says how the piece ran; the commit it ran from is --commit's, written where it differs")
     run_seeds = check_run(run)
+    check_recipe_names(run, a.name.split("/")[-1], a.train_command)
     for d in (*a.circuits, *extra[st.second]):
         for s in run_seeds:
             _no_links(d / f"seed{s}")
     commit = a.commit or git_commit()
-    ref = read_state_json(dest / references.REFERENCE_FILE, "a reference's record") if (dest / references.REFERENCE_FILE).exists() else None
+    ref = references.read_reference(dest) if (dest / references.REFERENCE_FILE).exists() else None
     if ref is None and not (a.title and a.train_command and a.notes):
         raise UsageError(f"{dest} is not published yet: its first piece needs --title, --train-command and --notes")
     if ref is not None and not (dest / kind).is_dir():
@@ -278,7 +334,7 @@ def publish_piece(a: Piece) -> tuple[Path, references.Reference]:
         ordered = sorted(runs.iterdir(), key=lambda p: (p.name != st.run, _seeds(p)))
         if ref is None:
             base = (f"{a.train_command} --seeds {','.join(map(str, run_seeds))} --out RUN; "
-                    + st.analysis.format(stage=kind, run=st.run, label=label))
+                    + st.analysis.format(stage=kind, run=st.run, label=label, discover=discovery(folder)[0]))
             notes, first_commit = a.notes, commit
         else:
             base, first_commit = str(ref.get("command", "")).split("; seed ")[0], str(ref.get("commit", ""))

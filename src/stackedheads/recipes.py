@@ -1,7 +1,7 @@
 """Named recipes: changes to a training preset's optimiser, data, model or dtype (``train --recipe``).
 
 Each name says what it changes (``lr-constant``, ``n-train-2048``, ``init-tl``). Names compose with
-"+", applied left to right: ``tl-stack+lr-3e-4`` is TransformerLens's stack at lr 3e-4. The names
+"+" where they agree (two that set one field to two values are refused): ``tl-stack+lr-3e-4`` is TransformerLens's stack at lr 3e-4. The names
 the recipe screen used before are accepted with a one-line note; ``paper-curriculum`` is the recipe
 the screen names (:data:`PAPER_CURRICULUM`). This module imports no torch, so the command line's
 help can list the recipes.
@@ -115,18 +115,28 @@ def canonical(name: str, note: Callable[[str], None] | None = _stderr) -> str:
 
 def recipe(name: str, note: Callable[[str], None] | None = _stderr) -> Recipe:
     """The recipe ``name`` names: one registered recipe, or several joined by "+" whose changes
-    apply left to right (a later one's field wins)."""
-    found = [RECIPES.get(p) for p in canonical(name, note).split("+")]
+    apply together; a recipe named twice, or two that set one field to two values, is refused."""
+    names = canonical(name, note).split("+")
+    found = [RECIPES.get(p) for p in names]
     if len(found) == 1:
         return found[0]
+    # Recipes compose only where they agree: one named twice, or two that set one field to two
+    # values (lr-3e-4+lr-1e-4), would train at whichever came last, without a word.
     changes: dict = {}
-    for r in found:
-        changes.update(r.changes)
+    set_by: dict = {}
+    for part, r in zip(names, found):
+        if names.count(part) > 1:
+            raise UsageError(f"recipe {name!r} names {part} twice: give each recipe once", fields=("recipe",))
+        for key, value in r.changes.items():
+            if key in changes and changes[key] != value:
+                raise UsageError(f"recipe {name!r}: {set_by[key]} sets {key} to {changes[key]!r} and {part} to {value!r}; "
+                                 "give one of them", fields=("recipe",))
+            changes[key], set_by[key] = value, part
     return Recipe(changes, "; then ".join(r.why for r in found), sum(r.choices for r in found))
 
 
 def help_text() -> str:
     """``train --recipe``'s help: every registered recipe, composition and the alias."""
     return (f"A named change to the preset's recipe: {', '.join(RECIPES)} (gpt2: the presets' own); "
-            f"several join with '+', applied left to right (tl-stack+lr-3e-4); paper-curriculum is {PAPER_CURRICULUM}, "
+            f"several join with '+' where they agree (tl-stack+lr-3e-4); paper-curriculum is {PAPER_CURRICULUM}, "
             "the recipe screen's nearest to Sec. 9's curriculum. Options given beside it override it.")

@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 
 from stackedheads import layout, pieces
 from stackedheads.errors import UsageError
+from stackedheads.schemas import ReferenceFile, check, check_claims
 from stackedheads.provenance import SEGMENTS_FILE, machine, trained_on
 from stackedheads.storage import (
     DONE,
@@ -162,9 +163,10 @@ def publish(src: str | Path, dest: str | Path, *, title: str, command: str, comm
     root = dest.parents[name.count("/")]
     if not src.is_dir():
         raise UsageError(f"{src} is not a folder")
-    _check_record(title, command, commit)
+    _check_record(title, command, commit, notes)
     wall_s = _checked_wall_s(wall_s)
     _check_dest(dest, src)
+    _check_not_nested(root, dest, name)
     commit = _checked_commit(commit, dest)
     holder = lock_holder(src)
     if holder is not None:  # its files may change under the copy
@@ -263,8 +265,15 @@ def _checked_commit(commit: str, dest: Path) -> str:
     return commit
 
 
-def _check_record(title: str, command: str, commit: str) -> None:
-    """What reference.json says of the run: a title, the command and a commit (hex, 7 to 40 digits)."""
+def _check_record(title: str, command: str, commit: str, notes: str = "") -> None:
+    """What reference.json says of the run: a title, the command and a commit (hex, 7 to 40
+    digits), and notes, each UTF-8 text (bytes that are not, given on a command line, could be
+    written to no Markdown file: the index would fail after the reference was in place)."""
+    for value, name in ((title, "title"), (command, "command"), (notes, "notes")):
+        try:
+            str(value).encode("utf-8")
+        except UnicodeEncodeError:
+            raise UsageError(f"'{name}' holds bytes that are not UTF-8 text: give it as UTF-8", fields=(name,)) from None
     for value, name in ((title, "title"), (command, "command")):
         if not str(value).strip():
             raise UsageError(f"'{name}' is empty: a reference says what it is and how it was made", fields=(name,))
@@ -291,6 +300,24 @@ def _check_dest(dest: Path, src: Path) -> None:
         raise UsageError(f"{dest} exists and is not a folder; choose another --name")
     if dest.is_dir() and any(dest.iterdir()) and not (dest / REFERENCE_FILE).is_file():
         raise UsageError(f"{dest} is not a reference folder (no {REFERENCE_FILE}): publish replaces only a reference; choose another --name")
+
+
+def _check_not_nested(root: Path, dest: Path, name: str) -> None:
+    """A reference holds no other: one inside another would be deleted when the outer one is
+    published again (it is replaced as a whole), and the index lists neither inside the other.
+    So a name under a reference's folder, or one whose folder holds a reference below it, is
+    refused."""
+    for outer in dest.parents:
+        if outer == root or root not in outer.parents:
+            break
+        if (outer / REFERENCE_FILE).is_file():
+            raise UsageError(f"reference {name!r} would lie inside the reference {outer.relative_to(root).as_posix()!r}, "
+                             "which publishing that one again would delete: choose a name outside it", fields=("name",))
+    if dest.is_dir() and not dest.is_symlink():
+        inner = next((p.parent for p in sorted(dest.rglob(REFERENCE_FILE)) if p.parent != dest), None)
+        if inner is not None:
+            raise UsageError(f"{dest} holds the reference {inner.relative_to(root).as_posix()!r}, which publishing "
+                             f"{name!r} would delete: choose another name", fields=("name",))
 
 
 # The last file each kind of folder writes: without it, the folder's work is unfinished.
@@ -365,10 +392,8 @@ def load(folder: Path) -> dict:
     of the stages it ran), its figures and its tables."""
     from stackedheads import claims as claims_mod
 
-    ref = read_state_json(folder / REFERENCE_FILE, "a reference's record")
-    files = ref.get("files")
-    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
-        raise UsageError(f"{folder / REFERENCE_FILE} has the wrong shape (files: expected a list of paths)")
+    ref = read_reference(folder)
+    files = ref["files"]
     missing = missing_files(folder, files)
     if missing:
         # Judged without it, the claims would silently change (a NOT RUN instead of a verdict).
@@ -380,7 +405,8 @@ def load(folder: Path) -> dict:
     try:
         found = claims_mod.folder_claims(folder)
     except UsageError:  # files the claims cannot judge: their verdicts as published
-        found = [claims_mod.Claim(**c) for c in read_state_json(folder / "claims.json", "published claims", list)] if (folder / "claims.json").exists() else []
+        found = [claims_mod.Claim.from_dict(c) for c in check_claims(read_state_json(folder / "claims.json", "published claims", list),
+                                                                       folder / "claims.json", "publish the reference again")] if (folder / "claims.json").exists() else []
     try:  # Sections 8-9 seed by seed: the claims combine the seeds (any FAIL fails)
         tables.extend(seeds.seed_tables(seeds.folder_seeds(folder, folder.name)))
     except UsageError as e:  # a table the files cannot give: said in its place, the claims kept
@@ -395,6 +421,12 @@ def load(folder: Path) -> dict:
     # A reference covers the stages it ran: the others' NOT RUN rows would only be noise.
     found = [c for c in found if c.verdict != claims_mod.NOT_RUN]
     return {**ref, "claims": found, "tables": tables, "folder": folder}
+
+
+def read_reference(folder: Path) -> dict:
+    """A reference folder's reference.json, its values checked (:class:`stackedheads.schemas.ReferenceFile`)."""
+    path = Path(folder) / REFERENCE_FILE
+    return check(ReferenceFile, read_state_json(path, "a reference's record"), path, "publish the reference again")
 
 
 def reference_folders(root: Path | None) -> list[Path]:
@@ -412,8 +444,21 @@ def reference_folders(root: Path | None) -> list[Path]:
 
 
 def load_all(root: Path | None) -> list[dict]:
-    """Every reference folder under ``root`` (:func:`reference_folders`), loaded (:func:`load`)."""
-    return [load(p) for p in reference_folders(root)]
+    """Every reference folder under ``root`` (:func:`reference_folders`), loaded (:func:`load`).
+    One that cannot be loaded (a file it lists is gone, its record is damaged) is named as
+    damaged, with why, in its place: one damaged reference never keeps the others, nor the
+    report they go in, from being shown."""
+    return [_loaded_or_damaged(p, root) for p in reference_folders(root)]
+
+
+def _loaded_or_damaged(folder: Path, root: Path) -> dict:
+    try:
+        return load(folder)
+    except UsageError as e:
+        name = folder.relative_to(root).as_posix()
+        return {"name": name, "title": f"{name} (damaged: not judged)", "command": "-", "commit": "-", "machine": "-",
+                "wall_s": None, "date": "-", "notes": str(e), "files": [], "claims": [], "tables": [], "folder": folder,
+                "damaged": str(e)}
 
 
 # --- results/README.md ---------------------------------------------------------------------------
@@ -442,7 +487,7 @@ def index_markdown(root: Path) -> str:
     linked, title, machine, wall time, date), grouped by section, from each reference.json alone."""
     groups: dict[str, list[list[str]]] = {}
     for folder in reference_folders(root):
-        ref = read_state_json(folder / REFERENCE_FILE, "a reference's record")
+        ref = read_reference(folder)
         rel = folder.relative_to(root).as_posix()
         group = rel.split("/")[0] if "/" in rel else ""
         groups.setdefault(group, []).append(

@@ -440,10 +440,15 @@ def _reproduce_locked(preset, folder: RunFolder, ctx: Context, choice, device, d
         if wrong:
             raise UsageError(f"{config_path} has the wrong shape ({', '.join(wrong)}): delete it and run again (finished stages are kept)")
         folder.require_same(old["preset"], config["preset"], "another preset")
+        started = [n for n in STAGES if (out / n).exists()]
         for key in ("llm", "device", "dtype"):
             # A skipped or earlier-finished stage may leave a value unset: fill it, never change it.
+            # Unset, the device and dtype are the preset's, which every stage begun already uses.
             if old.get(key) is not None and config[key] is not None:
                 folder.require_same({key: old[key]}, {key: config[key]}, "other settings")
+            elif key != "llm" and old.get(key) is None and config[key] is not None and started:
+                raise UsageError(f"{out} holds stages begun with the preset's {key} ({', '.join(started)}): resume it "
+                                 f"without --{key}, or choose another 'out'", fields=("out",))
             config[key] = old.get(key) if config[key] is None else config[key]
     _write_json(config_path, config)
 

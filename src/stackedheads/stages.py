@@ -14,6 +14,7 @@ from typing import Any
 from stackedheads import layout, pieces
 from stackedheads.circuits.paths import CircuitPath, path_kind
 from stackedheads.errors import UsageError
+from stackedheads.schemas import DiscoverySummary, Timeline, TrainSummary, check
 from stackedheads.storage import read_state_json
 
 NUM = (int, float)  # a number in a shape (below)
@@ -65,6 +66,11 @@ def expect(data: Any, shape: Any, path: Path, stage_dir: Path | None = None) -> 
         stage = stage_dir if stage_dir is not None else path.parent
         raise UsageError(f"{path} has the wrong shape ({problem}): delete {stage / 'done.json'} and re-run to rebuild the stage")
     return data
+
+
+def _values(schema, data: Any, path: Path, stage_dir: Path) -> Any:
+    """``data`` if its values are those its file's schema allows (:mod:`stackedheads.schemas`)."""
+    return data if data is None else check(schema, data, path, f"delete {stage_dir / 'done.json'} and re-run to rebuild the stage")
 
 
 def read_json(path: Path, shape: Any = object, stage_dir: Path | None = None) -> Any:
@@ -144,7 +150,7 @@ def training_summary(stage_dir: Path, run_name: str) -> dict | None:
     """The stage's training summary, its pieces combined by the rule ``publish`` applies
     (:func:`stackedheads.pieces.read_result`; None when no piece has finished), each piece's
     summary checked for what is read of it (each file read once)."""
-    return pieces.read_result(stage_dir, run_name, check=lambda path, s: expect(s, TRAIN_SUMMARY, path, stage_dir)).summary
+    return pieces.read_result(stage_dir, run_name, check=lambda path, s: _values(TrainSummary, expect(s, TRAIN_SUMMARY, path, stage_dir), path, stage_dir)).summary
 
 
 def finished_metrics(stage_dir: Path, run_name: str) -> list[dict]:
@@ -176,12 +182,12 @@ def loss_drops(rows: list[dict], seed: str, task: dict) -> dict[str, int | None]
 
 def read_timeline(path: Path, stage_dir: Path) -> dict | None:
     """An emergence timeline.json (None when absent), checked for what is read of it."""
-    return read_json(path, TIMELINE, stage_dir)
+    return _values(Timeline, read_json(path, TIMELINE, stage_dir), path, stage_dir)
 
 
 def read_discovery(path: Path, stage_dir: Path) -> dict:
     """A discovery's summary.json, checked for what the claims and the report read."""
-    return read_json(path, DISCOVERY_SUMMARY, stage_dir)
+    return _values(DiscoverySummary, read_json(path, DISCOVERY_SUMMARY, stage_dir), path, stage_dir)
 
 
 # A rule names a row's role only where it catches at least half of the row's attention on the

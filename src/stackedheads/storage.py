@@ -21,10 +21,11 @@ import csv
 import io
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
-from stackedheads.errors import UsageError, redact_secrets
+from stackedheads.errors import UsageError, redact_written
 from stackedheads.locks import LOCK_NAME, FolderLock, first_missing, lock_holder, remove_empty_folders
 from stackedheads.statefiles import (
     MAX_JSON_DEPTH,
@@ -59,12 +60,20 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         raise UsageError(f"{path} is a symbolic link: writing would replace the link, not its target; give the target's path")
     if path.is_dir():  # the rename would fail naming our temp file, not the user's path
         raise UsageError(f"{path} is a folder: give a file's path")
-    if path.exists() and not path.is_file():
-        # A device or FIFO (/dev/null, a pipe): renaming a temp file over it would turn it into a
-        # regular file, so the bytes go through it as a shell redirect sends them.
-        with open(path, "wb") as f:
-            f.write(data)
-        return
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        # The one path that is no regular file and still written: /dev/null, given as 'out' to
+        # throw the output away (bytes go through it as a shell redirect sends them). Any other
+        # (a FIFO would hang the writer until a reader came, a device would take the bytes) is
+        # refused, as every reader refuses it.
+        if _is_dev_null(path):
+            with open(path, "wb") as f:
+                f.write(data)
+            return
+        raise not_regular(path, mode, "an output file; remove it and run again")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -82,6 +91,13 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         tmp.unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
+def _is_dev_null(path: Path) -> bool:
+    try:
+        return os.path.samefile(path, os.devnull)
+    except OSError:
+        return False
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -136,8 +152,9 @@ def replace_folder(staging: str | Path, dest: str | Path) -> None:
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    # Last line of defence: a registered secret never reaches a state file.
-    atomic_write_bytes(path, redact_secrets(text).encode("utf-8"))
+    # Last line of defence: a registered secret that can be no word of the run's never reaches a
+    # state file (errors.redact_written says how the others are kept out).
+    atomic_write_bytes(path, redact_written(text).encode("utf-8"))
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
@@ -259,7 +276,7 @@ _PNG_START, _PNG_END = b"\x89PNG\r\n\x1a\n", b"IEND\xaeB`\x82"
 def intact(path: str | Path) -> bool:
     """``path`` is a file that is whole as far as its kind shows: JSON and JSON lines parse, a
     PNG has its signature and its end chunk, an SVG opens and closes its ``<svg>`` element, a CSV
-    has a header and rows of its width; any other file exists. A 0-byte figure (a full disk) or
+    has a header and rows of its width, and none of them is empty; any other file exists. A 0-byte figure (a full disk) or
     a garbage table is damaged, so a done marker no longer vouches for it and it is rebuilt."""
     path = Path(path)
     if not path.is_file():
@@ -271,6 +288,8 @@ def intact(path: str | Path) -> bool:
         if path.suffix == ".png":
             return data.startswith(_PNG_START) and data.endswith(_PNG_END)
         text = data.decode("utf-8")
+        if not text.strip():  # a 0-byte table or record (a full disk, a truncation) holds nothing it vouches for
+            return False
         if path.suffix == ".json":
             parse_json(text, path, "an output file")
         elif path.suffix == ".jsonl":

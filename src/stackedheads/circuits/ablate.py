@@ -172,10 +172,14 @@ class Circuit:
             raise UsageError(f"no circuit file {p}")
         if p.is_dir():
             raise UsageError(f"{p} is a folder, not a circuit file")
+        from stackedheads.schemas import CircuitFile, check
         from stackedheads.storage import read_state_json
 
         try:  # bounded in size and depth: --circuit /dev/zero would be read forever
-            return cls.from_dict(read_state_json(p, "a circuit file"))
+            data = read_state_json(p, "a circuit file")
+            circuit = cls.from_dict(data)
+            check(CircuitFile, data, p, "discover it again")  # its recorded values too (stackedheads.schemas)
+            return circuit
         except UsageError:
             raise
         except (KeyError, ValueError, TypeError) as e:

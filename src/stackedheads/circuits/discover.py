@@ -642,7 +642,7 @@ def _discover_run_locked(run_dir, out, checkpoint, cfg: DiscoverConfig, seeds) -
         if seeds is not None and seed not in seeds:
             continue
         d = discover(model.member(e), batch, tcfg.task, cfg)
-        d.circuit.info.run, d.circuit.info.seed, d.circuit.info.checkpoint = str(run_dir), seed, step
+        d.circuit.info.run, d.circuit.info.seed, d.circuit.info.checkpoint = str(Path(run_dir).resolve()), seed, step
         folder = Path(out) / f"seed{seed}"
         folder.mkdir(parents=True, exist_ok=True)
         d.circuit.save(folder / "circuit.json")

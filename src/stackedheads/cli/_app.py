@@ -71,6 +71,24 @@ app = typer.Typer(
 console = Console(stderr=True)
 
 
+def shown(value: object) -> str:
+    """``value`` (a path, a label, a name a user typed) as rich prints it literally: every one
+    printed in a markup string goes through here, so ``x[/]y`` or ``[exp1]/r`` is shown as typed
+    rather than read as markup (a MarkupError, or a name with a part missing). Bytes of a path that
+    are not UTF-8 (kept by Python as surrogates, printed as ``\\udcff``) show as U+FFFD."""
+    from rich.markup import escape
+
+    text = str(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            text = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        except UnicodeEncodeError:  # a surrogate no byte stands for
+            text = text.encode("utf-8", "replace").decode("utf-8")
+    return escape(text)
+
+
 LOG_EVERY_S = 60.0  # a progress line in a log (stderr not a terminal) at most this often
 
 
@@ -189,7 +207,7 @@ def _progress_bar(description: str):
     def factory(name: str):
         def update(step: int, total: int) -> None:
             if name not in tasks:
-                tasks[name] = bar.add_task(name, total=total, completed=step - 1)
+                tasks[name] = bar.add_task(shown(name), total=total, completed=step - 1)
             bar.update(tasks[name], completed=step)
 
         return update

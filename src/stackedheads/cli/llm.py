@@ -16,13 +16,14 @@ from stackedheads.cli._app import (
     app,
     console,
     progress_bar,
+    shown,
 )
 from stackedheads.errors import UsageError
 from stackedheads.llm.backends import BACKENDS
 
 
 def _results_table(results: dict, model: str = "") -> Table:
-    table = Table(title=f"LLM benchmark (Sec. 4, Fig. 2): first acceptable answer{': ' + model if model else ''}")
+    table = Table(title=f"LLM benchmark (Sec. 4, Fig. 2): first acceptable answer{': ' + shown(model) if model else ''}")
     for col in ("formulation", "D", "n", "accuracy", "Wilson 95%", "chance", "unanswered", "draws/q"):
         table.add_column(col, justify="left" if col == "formulation" else "right")
     for s in results["cells"]:
@@ -52,7 +53,7 @@ def llm_bench_cmd(
     mode: Optional[str] = typer.Option(None, "--mode", help="chat or completion (default: chat; completion for gemma3-270m)."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="openai: server URL, e.g. http://127.0.0.1:8000/v1."),
     # Backend options: None is "not given" (the backend's default); a backend refuses those it does not take.
-    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="openai: environment variable that holds the API key (default: OPENAI_API_KEY). Never written anywhere: a key of 8 characters or more is redacted from all output and files, so one under 32 characters must mix letters and digits (a word or a number would be redacted from the run's own text); a shorter key is a placeholder, sent and not redacted."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="openai: environment variable that holds the API key (default: OPENAI_API_KEY). Never written anywhere: a key of 8 characters or more is hidden from what servers send back and from every message (one that is no word of the run's from every file too), and an option that holds it is refused; a shorter key is a placeholder, sent and not hidden."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help="openai: questions in flight at once, 1 to 256 (default: 1)."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="openai: seconds per request, first byte to last, retries apart (default: 60)."),
     max_retries: Optional[int] = typer.Option(None, "--max-retries", help="openai: retries on 429, 5xx, timeouts, connection errors (exponential backoff, jitter, Retry-After), 0 to 20 (default: 5)."),
@@ -103,10 +104,15 @@ def llm_bench_cmd(
             print(f"stackedheads: error: {m}: {e} (answered questions are kept; re-run to resume)", file=sys.stderr)
             raise typer.Exit(1)
         Console().print(_results_table(results, m))
-        console.print(f"results: {folders[m] / 'results.json'}  samples: {folders[m] / 'samples.jsonl'}  figure: {folders[m] / 'figure2.png'}")
+        console.print(f"results: {shown(folders[m] / 'results.json')}  samples: {shown(folders[m] / 'samples.jsonl')}  "
+                      f"figure: {shown(folders[m] / 'figure2.png')}")
     if len(models) > 1:
-        done = compare(list(folders.values()), out)
-        console.print(f"comparison: {out / 'comparison.md'}  figures: {', '.join(done['figures'][::2])}")
+        from stackedheads.llm.compare import KIND
+        from stackedheads.storage import RunFolder
+
+        with RunFolder(out, KIND).lock("llm-bench's comparison"):
+            done = compare(list(folders.values()), out)
+        console.print(f"comparison: {shown(out / 'comparison.md')}  figures: {shown(', '.join(done['figures'][::2]))}")
 
 @app.command("llm-compare")
 def llm_compare_cmd(
@@ -123,9 +129,10 @@ def llm_compare_cmd(
             raise UsageError(f"{r} is not a folder")
     RunFolder(out, KIND).check()  # not a run's folder (an input's figure2.png would be overwritten)
     check_apart(out, runs)  # nor a folder inside one
-    done = compare(runs, out)
+    with RunFolder(out, KIND).lock("llm-compare"):  # no other process writes the folder meanwhile
+        done = compare(runs, out)
     sys.stdout.write((out / "comparison.md").read_text())
-    console.print(f"comparison: {out / 'comparison.json'}  figures: {', '.join(done['figures'][::2])}")
+    console.print(f"comparison: {shown(out / 'comparison.json')}  figures: {shown(', '.join(done['figures'][::2]))}")
 
 models_app = typer.Typer(
     invoke_without_command=True, no_args_is_help=False,
@@ -153,7 +160,7 @@ def models_cmd(
         table.add_column(col)
     for r in rows:
         where = r.path or r.install
-        table.add_row(r.name, "yes" if r.available else "no", r.mode, f"{where}\n{r.note}" if r.note else where)
+        table.add_row(shown(r.name), "yes" if r.available else "no", r.mode, shown(f"{where}\n{r.note}" if r.note else where))
     Console().print(table)
 
 @models_app.command("fetch")
@@ -193,4 +200,4 @@ def fetch_cmd(
         except FetchError as e:
             print(f"stackedheads: error: {e}", file=sys.stderr)
             raise typer.Exit(1)
-        console.print(f"{spec.name}: {path}")
+        console.print(f"{spec.name}: {shown(path)}")

@@ -15,6 +15,7 @@ from stackedheads.cli._app import (
     app,
     console,
     parse_seeds,
+    shown,
 )
 
 
@@ -32,15 +33,25 @@ def attention_cmd(
 ) -> None:
     """Attention maps per layer and head, single sequences and the mean by role (Appendix C); with
     --over-training, how each head's attention sharpens and settles on positions over the checkpoints."""
+    from stackedheads import origins
     from stackedheads.storage import RunFolder
 
-    RunFolder(out, "attention maps").check()  # its figures never mix into another output's folder
-    if over_training:
-        from stackedheads.circuits import saturation
+    if over_training and checkpoint is not None:
+        raise UsageError("--over-training reads every checkpoint: leave out --checkpoint")
+    # Its figures never mix into another output's folder, nor with another run's or member's maps,
+    # and no other process writes the folder meanwhile.
+    with RunFolder(out, "attention maps").lock("attention"):
+        origins.check_maps_out(run_dir, out, seed)
+        origins.record_maps_out(run_dir, out, seed)
+        if over_training:
+            from stackedheads.circuits import saturation
 
-        if checkpoint is not None:
-            raise UsageError("--over-training reads every checkpoint: leave out --checkpoint")
-        result = saturation.attention_over_training(run_dir, out, seed=seed)
+            result = saturation.attention_over_training(run_dir, out, seed=seed)
+        else:
+            from stackedheads.circuits.maps import attention_maps
+
+            files = attention_maps(run_dir, out, checkpoint=checkpoint, seqs=seqs, seed=seed)
+    if over_training:
         steps, rows = saturation.table_rows(result)
         table = Table(title=f"seed {result['seed']}: attention over training")
         for col in ("head", *(f"step {s:,}" for s in steps)):
@@ -51,12 +62,9 @@ def attention_cmd(
         Console().print(f"Each cell: the mean row entropy in nats (uniform: {saturation.uniform_entropy(result):.2f}), the share "
                         f"of rows with more than half their attention on one key position in >= {saturation.FIXED:.0%} of "
                         f"{result['sequences']} sequences, and the key most of those read.", highlight=False)
-        console.print(f"wrote attention_stats.json and {len(result['files'])} figures to {out}")
+        console.print(f"wrote attention_stats.json and {len(result['files'])} figures to {shown(out)}")
         return
-    from stackedheads.circuits.maps import attention_maps
-
-    files = attention_maps(run_dir, out, checkpoint=checkpoint, seqs=seqs, seed=seed)
-    console.print(f"wrote {len(files)} files to {out}")
+    console.print(f"wrote {len(files)} files to {shown(out)}")
 
 
 circuit_app = typer.Typer(help="Circuits: validate a circuit file, or discover one (Section 8, Appendix E).", no_args_is_help=True)
@@ -84,7 +92,7 @@ def circuit_validate_cmd(
     from stackedheads.circuits.ablate import validate_run
 
     rows = validate_run(run_dir, circuit, checkpoint=checkpoint)
-    Console().print(_loss_table(rows, f"ablations of {circuit}"))
+    Console().print(_loss_table(rows, f"ablations of {shown(circuit)}"))
 
 
 @circuit_app.command("discover")
@@ -127,7 +135,7 @@ def circuit_discover_cmd(
         if s["over_budget"]:
             what = "partial circuit" if s["unexplained_heads"] else "every row follows a rule, yet"
             console.print(f"seed {seed}: {what}: {', '.join(s['over_budget'])} over budget under the combined ablation")
-    console.print(f"circuits: {out}/seed*/circuit.json")
+    console.print(f"circuits: {shown(out)}/seed*/circuit.json")
 
 
 @app.command("emergence")

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from stackedheads import references
-from stackedheads.cli._app import app, console, out_path
+from stackedheads.cli._app import app, console, out_path, shown
 from stackedheads.errors import UsageError
 
 
@@ -20,7 +20,7 @@ def results_index_cmd(
     root = results or references.REPOSITORY_RESULTS
     if not root.is_dir():
         raise UsageError(f"{root} is not a folder")
-    console.print(f"{references.write_index(root)}: {len(references.reference_folders(root))} references")
+    console.print(f"{shown(references.write_index(root))}: {len(references.reference_folders(root))} references")
 
 
 @app.command("publish-piece")
@@ -45,4 +45,4 @@ def publish_piece_cmd(
 
     dest, ref = publish_piece(Piece(name, run, stage, tuple(circuits), tuple(timeline), tuple(maps), commit, note, title,
                                     train_command, notes, results))
-    console.print(f"{dest}: {len(ref.files)} files kept; pieces' training {ref.wall_s:.0f} s")
+    console.print(f"{shown(dest)}: {len(ref.files)} files kept; pieces' training {ref.wall_s:.0f} s")

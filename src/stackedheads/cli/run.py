@@ -25,6 +25,7 @@ from stackedheads.cli._app import (
     flag,
     flag_text,
     progress_bar,
+    shown,
 )
 from stackedheads.errors import UsageError
 from stackedheads.llm.backends import BACKENDS
@@ -117,7 +118,7 @@ def reproduce_cmd(
         table.add_row(name, f"{stage['wall_s']:.1f} s", "done earlier" if stage.get("already_done") else "ran now")
     Console().print(table)
     Console().print(claims_table(collect(out)))
-    console.print(f"report: {report}")
+    console.print(f"report: {shown(report)}")
 
 
 def _id_ranges(ids: list[str]) -> str:
@@ -156,7 +157,7 @@ def claims_cmd(
         sys.stdout.write(json.dumps([c.to_dict() for c in found], indent=2) + "\n")
         return
     held = [c for c in found if c.verdict != NOT_RUN]  # the claims this folder's files can judge
-    Console().print(claims_table(held or found, f"claims of {run_dir}"))
+    Console().print(claims_table(held or found, f"claims of {shown(run_dir)}"))
     if held and len(held) < len(found):
         others = _id_ranges([c.id for c in found if c.verdict == NOT_RUN])
         print(f"NOT RUN (nothing in this folder measures them): {others}")
@@ -204,7 +205,7 @@ def report_cmd(
     check_folder(run_dir)  # before the lock: a refused folder keeps no .lock
     with FolderLock(run_dir, "report", elsewhere=None):  # not while `reproduce` writes the folder (and its report)
         path = write_report(run_dir, references.results_dir())
-    console.print(f"report: {path}")
+    console.print(f"report: {shown(path)}")
 
 
 
@@ -230,4 +231,4 @@ def publish_cmd(
     ref = references.publish(run_dir, dest, title=title, command=command,
                              commit=git_commit() if commit is None else commit,  # an empty --commit is refused, not HEAD
                              wall_s=wall_s, notes=notes, include=tuple(include), name=name)
-    console.print(f"{dest}: {len(ref.files)} files kept")
+    console.print(f"{shown(dest)}: {len(ref.files)} files kept")

@@ -15,6 +15,7 @@ from stackedheads.cli._app import (
     out_path,
     app,
     console,
+    shown,
 )
 from stackedheads.errors import UsageError
 from stackedheads.tasks.formulations import FORMULATIONS
@@ -49,8 +50,12 @@ def prompts_cmd(
     if export is not None:
         from stackedheads.llm.export import export_questions
 
-        for path in export_questions(questions, export):
-            console.print(f"wrote {path}")
+        from stackedheads.storage import RunFolder
+
+        with RunFolder(export, "prompts export").lock("prompts --export"):  # no other process writes it meanwhile
+            written = export_questions(questions, export)
+        for path in written:
+            console.print(f"wrote {shown(path)}")
     lines = "".join(json.dumps(q.to_dict(), ensure_ascii=False) + "\n" for q in questions)
     if out is None:
         sys.stdout.write(lines)
@@ -58,7 +63,7 @@ def prompts_cmd(
         from stackedheads.storage import atomic_write_text
 
         atomic_write_text(out, lines)
-        console.print(f"wrote {len(questions)} questions to {out}")
+        console.print(f"wrote {len(questions)} questions to {shown(out)}")
 
 
 @app.command("theory")
@@ -73,7 +78,7 @@ def theory_cmd(
     if out is not None:
         from stackedheads.storage import RunFolder
 
-        RunFolder(out, "theory table").check()  # not into another output's folder
+        RunFolder(out, "theory table").check()  # not into another output's folder, before the work
     rows = theory.theory_table(max_depth)
     if as_json:
         for r in rows:
@@ -87,7 +92,11 @@ def theory_cmd(
             table.add_row(str(r.depth), str(r.paper_bound), str(r.min_layers), str(r.min_layers_causal), per)
         Console().print(table)
     if out is not None:
-        for p in theory.save_table(rows, out):
-            console.print(f"wrote {p}")
+        from stackedheads.storage import RunFolder
+
+        with RunFolder(out, "theory table").lock("theory"):  # no other process writes the folder meanwhile
+            written = theory.save_table(rows, out)
+        for p in written:
+            console.print(f"wrote {shown(p)}")
 
 

@@ -21,6 +21,7 @@ from stackedheads.cli._app import (
     console,
     parse_seeds,
     progress_bar,
+    shown,
 )
 
 
@@ -41,7 +42,7 @@ def train_cmd(
     cfg = presets.get(preset, recipe).override(**config_overrides(fields))
     apply_threads(cfg.threads, cfg.device)  # the run records the count (config.json)
     RunFolder(out, "training run").check()  # not a sweep's or a benchmark's folder
-    bar, factory = progress_bar(f"train {out.name}")
+    bar, factory = progress_bar(f"train {out.name}")  # the bar shows its names literally (_app.shown)
     with bar:
         summary = train(cfg, out, progress=factory(f"train {out.name}"))
     table = Table(title=f"final validation loss (mean over the last {cfg.final_window} steps)")
@@ -53,7 +54,7 @@ def train_cmd(
     for seed, s in summary["seeds"].items():
         table.add_row(seed, f"{s['final_val_loss']:.4f}", *(f"{s['final_partial'][p]:.4f}" for p in parts))
     Console().print(table)
-    console.print(f"run folder: {out}")
+    console.print(f"run folder: {shown(out)}")
 
 
 def _with_config_options(fn):
@@ -114,7 +115,7 @@ def sweep_figure4_cmd(
         sweep.run_figure4(spec, out, runner, on_done=on_done)
     result = sec7.write_claims(out)
     Console().print(claims_table(sec7.figure4_claims(result), "Claims of Section 7.2 (Figure 4)"))
-    console.print(f"summary: {out / 'summary.csv'}  claims: {out / 'claims.json'}  figure: {out / 'figure4.png'}")
+    console.print(f"summary: {shown(out / 'summary.csv')}  claims: {shown(out / 'claims.json')}  figure: {shown(out / 'figure4.png')}")
 
 
 @sweep_app.command("depth")
@@ -154,8 +155,8 @@ def sweep_depth_cmd(
     Console().print(claims_table(found, beyond.SECTION))
     for c in found:
         if c.id == "D1" and c.verdict == "FAIL":  # the theory is a lower bound: a violation must not scroll by
-            console.print(f"[bold red]D1 FAILED: a run learned below the exact causal minimum. {c.measured}[/]")
-    console.print(f"summary: {out / 'summary.csv'}  claims: {out / 'claims.json'}  figure: {out / 'depth_phase.png'}")
+            console.print(f"[bold red]D1 FAILED: a run learned below the exact causal minimum. {shown(c.measured)}[/]")
+    console.print(f"summary: {shown(out / 'summary.csv')}  claims: {shown(out / 'claims.json')}  figure: {shown(out / 'depth_phase.png')}")
 
 
 

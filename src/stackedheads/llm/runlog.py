@@ -22,7 +22,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from stackedheads.errors import UsageError, redact_secrets
+from stackedheads.errors import UsageError, holds_secret, redact_written
 from stackedheads.llm.backends import Backend
 from stackedheads.storage import RunFolder, atomic_write_json
 from stackedheads.tasks.formulations import FORMULATIONS
@@ -55,9 +55,10 @@ def record_key(q: Question) -> str:
 
 
 def stored(value: Any) -> Any:
-    """``value`` (text, or lists and dicts of it) without a registered secret, as it is stored."""
+    """``value`` (the run's own text, or lists and dicts of it) as it is stored: without an
+    unmistakable registered secret (:func:`stackedheads.errors.redact_written`)."""
     if isinstance(value, str):
-        return redact_secrets(value)
+        return redact_written(value)
     if isinstance(value, list):
         return [stored(v) for v in value]
     if isinstance(value, dict):
@@ -72,7 +73,7 @@ def scored(value: Any) -> Any:
     words keep equal hashes, so a stored final still equals the stored answer it matched."""
     if isinstance(value, list):
         return [scored(v) for v in value]
-    if isinstance(value, str) and redact_secrets(value) != value:
+    if isinstance(value, str) and holds_secret(value):
         return "sha256:" + hashlib.sha256(value.encode()).hexdigest()[:16]
     return value
 

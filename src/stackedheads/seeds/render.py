@@ -69,6 +69,7 @@ def fit_tables(title: str, head: list[str], rows: list[list[str]], width: int):
     table if it fits, else the columns after the first cut into as many tables as needed, each
     repeating the first (its title says which part it is). Returns the tables."""
     from rich.table import Table
+    from rich.text import Text  # cells as typed: a label such as "[/]" is text, not markup
 
     columns = [[h, *(r[i] for r in rows)] for i, h in enumerate(head)]
     parts: list[list[int]] = []
@@ -86,11 +87,11 @@ def fit_tables(title: str, head: list[str], rows: list[list[str]], width: int):
         widths = _column_widths([columns[k] for k in part], width - _overhead(len(part)))
         if widths is None:  # one column beside the first is wider than the terminal: its need, overflowing
             widths = [max(map(_need, columns[k])) for k in part]
-        t = Table(title=title + (f" ({n} of {len(parts)})" if len(parts) > 1 else ""))
+        t = Table(title=Text(title + (f" ({n} of {len(parts)})" if len(parts) > 1 else "")))
         for k, w in zip(part, widths):
-            t.add_column(head[k], width=w, overflow="fold")
+            t.add_column(Text(head[k]), width=w, overflow="fold")
         for r in rows:
-            t.add_row(*(r[k] for k in part))
+            t.add_row(*(Text(r[k]) for k in part))
         tables.append(t)
     return tables
 
@@ -124,7 +125,7 @@ def print_console(runs: list[RunSeeds], comparison: list[dict], console) -> None
     for run in runs:
         show(seed_console_tables(run, width), len(seed_table(run)[0]))
         for line in distribution_lines(run):
-            console.print(f"  {line}", highlight=False)
+            console.print(f"  {line}", highlight=False, markup=False)
     head, rows = distance_table(runs)
     if rows:
         show(fit_tables("Distance to Sec. 9's curriculum (|ln plateau/450| + |ln final/0.031| + share out of order)",
@@ -133,9 +134,9 @@ def print_console(runs: list[RunSeeds], comparison: list[dict], console) -> None
         head, rows = screen_table(state)
         show(fit_tables(screen_title(state), head, rows, width), len(head))
         if line := closest_line(state):
-            console.print(line, highlight=False)
+            console.print(line, highlight=False, markup=False)
     for line in comparison_lines(comparison):
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, markup=False)
     if reshaped:
         console.print(f"(tables turned or cut to fit {width} columns: --markdown or --json prints each whole)",
                       highlight=False)

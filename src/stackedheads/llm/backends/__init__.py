@@ -17,8 +17,9 @@ resampling live in :mod:`stackedheads.llm.bench`, parsing and scoring in
 The API key is read from the environment and kept only inside the client: no attribute,
 option, ``describe()`` or error message of ours carries it. It is registered with
 :func:`stackedheads.errors.register_secret` (a key of fewer than 8 characters is not: it is too
-likely to be an ordinary word; one of 8 to 31 characters must mix letters and digits, see
-:func:`.openai_compat.check_key`), and all text that came from a server passes through
+likely to be an ordinary word; a key that could be one of the run's words is hidden as a whole
+token, see :func:`stackedheads.errors.redact_secrets`, and an argument holding it is refused,
+:func:`.openai_compat.check_not_carried`), and all text that came from a server passes through
 :func:`~stackedheads.errors.redact` where it is shown or stored (error bodies at once, answers
 after they are scored, so that a key equal to an answer word costs no answer), since servers
 echo request headers. Answers are capped at :data:`MAX_TEXT_CHARS` (a server may ignore

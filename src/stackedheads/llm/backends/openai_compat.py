@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from stackedheads.errors import MIN_SECRET_CHARS, UsageError, public_url, register_secret
+from stackedheads.errors import MIN_SECRET_CHARS, UsageError, holds_secret, public_url, register_secret
 from stackedheads.llm.backends._base import (
     BACKENDS,
     MODES,
@@ -34,9 +34,6 @@ from stackedheads.llm.backends._base import (
 MAX_CONCURRENCY = 256
 # Retries of one request: with waits capped at 30 s, 20 retries already hold a draw about ten minutes.
 MAX_RETRIES = 20
-# A key shorter than this is a word or a number unless it mixes letters and digits: no word or
-# number a run writes is this long, so a longer key is redacted wherever it appears.
-UNMISTAKABLE_KEY_CHARS = 32
 
 _JSON_NAMES = {dict: "object", list: "array", int: "number", float: "number", bool: "boolean", type(None): "null"}
 
@@ -82,25 +79,37 @@ def check_counts(concurrency: object, max_retries: object) -> None:
 
 def check_key(key: str, env: str) -> None:
     """Refuse, never repeating it, a key that no request can carry (a space, a control character
-    such as a newline copied with it, a character outside ASCII: an HTTP header holds none) or
-    that redaction cannot hide without rewriting the run's own text. Redaction replaces a key
-    wherever it appears, so a key that could be a word or a number the run writes ("accuracy"
-    would turn results.json's accuracy keys into ***) must mix letters and digits, or be at least
-    UNMISTAKABLE_KEY_CHARS long. A key under MIN_SECRET_CHARS is a placeholder ("EMPTY"), sent
-    and never redacted."""
+    such as a newline copied with it, a character outside ASCII: an HTTP header holds none). Any
+    other key a server accepts is taken: one of :data:`~stackedheads.errors.MIN_SECRET_CHARS` or
+    more is hidden from what is shown and written (:func:`stackedheads.errors.redact_secrets`),
+    a shorter one is a placeholder ("EMPTY"), sent and never hidden."""
     where = f"the API key in ${env}"
     if not key.isascii():
         raise UsageError(f"{where} holds a character outside ASCII, which an HTTP header cannot carry; it is not repeated here")
     if any(c.isspace() or not c.isprintable() for c in key):
         raise UsageError(f"{where} holds a space, tab, newline or other control character (copied with it?); it is not repeated here")
-    if MIN_SECRET_CHARS <= len(key) < UNMISTAKABLE_KEY_CHARS and not (
-        any(c.isalpha() for c in key) and any(c.isdigit() for c in key)
-    ):
-        raise UsageError(
-            f"{where} is made of letters or of digits alone and shorter than {UNMISTAKABLE_KEY_CHARS} characters: "
-            "it could be a word or a number the run writes, which hiding the key would rewrite everywhere; "
-            "give the server a key that mixes letters and digits (it is not repeated here)"
-        )
+
+
+def check_model_name(model: str) -> None:
+    """Refuse a model name no request can carry: bytes that are not UTF-8 text (a JSON body
+    cannot hold them; the request failed in the client and was retried as the server's fault)."""
+    try:
+        str(model).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError("'model' holds bytes that are not UTF-8 text: give the server's model name as UTF-8", fields=("model",)) from None
+
+
+def check_not_carried(key: str | None, env: str, **given: str | None) -> None:
+    """Refuse an argument that holds the API key (``--model sk-...``): what a run is given is
+    written (a folder's name, config.json, samples.jsonl, figures), and a key that could be one of
+    the run's own words is never replaced there, so it must not enter."""
+    if not key or len(key) < MIN_SECRET_CHARS:
+        return
+    register_secret(key)
+    for name, value in given.items():
+        if value and holds_secret(str(value)):
+            raise UsageError(f"'{name}' holds the API key in ${env}: give the server's {name.replace('_', ' ')} "
+                             "there, and the key in the environment only (it is not repeated here)", fields=(name,))
 
 
 def check_base_url(url: str | None) -> None:
@@ -156,6 +165,8 @@ class OpenAIBackend:
         key = os.environ.get(api_key_env)
         if key:
             check_key(key, api_key_env)
+        check_not_carried(key, api_key_env, model=model)
+        check_model_name(model)
         register_secret(key)
         self._where = public_url(base_url) or "OpenAI"  # also registers a password in the URL
         if not key:
@@ -286,6 +297,8 @@ def _check(model: str, o: OpenAIOptions) -> None:
     key = os.environ.get(o.api_key_env)
     if key:
         check_key(key, o.api_key_env)
+    check_not_carried(key, o.api_key_env, model=model)
+    check_model_name(model)
     if o.base_url is None and not key:
         raise UsageError(f"no API key: set ${o.api_key_env}, or give 'base_url' for a local server", fields=("base_url",))
 
