@@ -128,7 +128,7 @@ def claims_cmd(
 ) -> None:
     """Re-evaluate every claim of a folder from its files (no training): PASS, FAIL, INCONCLUSIVE or NOT RUN,
     under the primary reading, with whether every reading of the paper agrees."""
-    from stackedheads.claims import claims_table, folder_claims, readings_table
+    from stackedheads.claims import claims_table, folder_claims, readings_table, seeds_table
     from stackedheads.claims.readings import check_names
 
     check_names(reading)
@@ -139,6 +139,8 @@ def claims_cmd(
         sys.stdout.write(json.dumps([c.to_dict() for c in found], indent=2) + "\n")
         return
     Console().print(claims_table(found, f"claims of {run_dir}"))
+    for table in seeds_table(found):  # a section judged over several seeds: its verdicts seed by seed
+        Console().print(table)
     if readings or reading:
         for table in readings_table(found, reading):
             Console().print(table)
