@@ -80,20 +80,33 @@ class Claim:
 
 
 def learned_only(results: list[tuple[str, str, str]]) -> tuple[str, str]:
-    """One verdict from ``(seed, verdict, text)`` per seed, and the "k of n" that says how: the
-    seeds whose model has not learned (:data:`NOT_LEARNED`) are counted, not judged; with none
-    learned the claim is INCONCLUSIVE. Over one seed, no count."""
+    """One verdict from ``(seed, verdict, text)`` per seed, and the "k of n" that says how
+    (:func:`count_line`, then ": "; "" over one seed): the seeds whose model has not learned
+    (:data:`NOT_LEARNED`) are counted, not judged; with none learned the claim is INCONCLUSIVE."""
     judged = [v for _, v, t in results if not t.startswith(NOT_LEARNED)]
     verdict = combine(judged) if judged else INCONCLUSIVE
-    n = len(results)
-    if n < 2:
-        return verdict, ""
-    counts = [f"{v} on {k} of {n} seeds" for v in (PASS, FAIL, INCONCLUSIVE, DEPENDS)
-              if (k := sum(r[1] == v and not r[2].startswith(NOT_LEARNED) for r in results))]
     idle = [s for s, _, t in results if t.startswith(NOT_LEARNED)]
+    line = count_line({s: v for s, v, _ in results}, idle)
+    return verdict, line + ": " if line else ""
+
+
+def count_line(seeds: dict[str, str], idle: list[str]) -> str:
+    """"PASS on 2 of 4 seeds; not learned on 1 of 4 (seed 3: not judged)": each verdict's seeds
+    among those that learned, then those that did not ("" over fewer than two seeds)."""
+    n = len(seeds)
+    if n < 2:
+        return ""
+    counts = [f"{v} on {k} of {n} seeds" for v in (PASS, FAIL, INCONCLUSIVE, DEPENDS)
+              if (k := sum(w == v and s not in idle for s, w in seeds.items()))]
     if idle:
         counts.append(f"not learned on {len(idle)} of {n} (seed{'s' if len(idle) > 1 else ''} {', '.join(idle)}: not judged)")
-    return verdict, "; ".join(counts) + ": "
+    return "; ".join(counts)
+
+
+def not_learned(c: Claim) -> list[str]:
+    """The seeds a claim counted as not learned (its texts say so)."""
+    texts = [r.measured for r in c.readings] or [c.measured]
+    return [s for s in c.seeds if any(f"seed {s}: {NOT_LEARNED}" in t for t in texts)]
 
 
 def over_seeds(section: str, cid: str, paper: str, results: list[tuple[str, str, str]]) -> Claim:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from stackedheads.claims._core import DEPENDS, Claim, Judged, learned_only
+from stackedheads.claims._core import DEPENDS, NOT_LEARNED, Claim, Judged, count_line, learned_only
 from stackedheads.errors import UsageError
 
 
@@ -111,7 +111,10 @@ def judged(section: str, cid: str, paper: str, seeds: list[str],
     if spec.fixed:
         return Claim(section, cid, paper, primary.measured, primary.verdict, tuple(out), dict(primary.seeds))
     per_seed = {s: common(r.seeds[s] for r in out) for s in seeds}
-    return Claim(section, cid, paper, primary.measured, common(r.verdict for r in out), tuple(out), per_seed, False)
+    idle = [s for s in seeds if all(f"seed {s}: {NOT_LEARNED}" in r.measured for r in out)]
+    count = count_line(per_seed, idle)
+    text = (f"over the readings, {count}; " if count else "") + f"under {primary.reading}: {primary.measured}"
+    return Claim(section, cid, paper, text, common(r.verdict for r in out), tuple(out), per_seed, False)
 
 
 def common(verdicts) -> str:
