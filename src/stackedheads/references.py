@@ -380,7 +380,7 @@ def load(folder: Path) -> dict:
     try:
         found = claims_mod.folder_claims(folder)
     except UsageError:  # files the claims cannot judge: their verdicts as published
-        found = [claims_mod.Claim(**c) for c in read_state_json(folder / "claims.json", "published claims", list)] if (folder / "claims.json").exists() else []
+        found = [claims_mod.Claim.from_dict(c) for c in read_state_json(folder / "claims.json", "published claims", list)] if (folder / "claims.json").exists() else []
     try:  # Sections 8-9 seed by seed: the claims combine the seeds (any FAIL fails)
         tables.extend(seeds.seed_tables(seeds.folder_seeds(folder, folder.name)))
     except UsageError as e:  # a table the files cannot give: said in its place, the claims kept
