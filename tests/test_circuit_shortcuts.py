@@ -294,7 +294,7 @@ def test_a_positional_first_head_fails_a4_and_says_what_it_reads():
     # A2 and A5 count the shortcut head as useful, never as a retrieval head.
     assert got["A2"].verdict == PASS and "4 retrieval heads" in got["A2"].measured
     assert "1 shortcut head (L0.0 s0->p7 (positional))" in got["A2"].measured
-    assert "1 shortcut heads" in got["A5"].measured and "shortcuts: L0.0 s0->p7 (positional)" in got["A3"].measured
+    assert "1 shortcut head" in got["A5"].measured and "shortcuts: L0.0 s0->p7 (positional)" in got["A3"].measured
     # Without it, the same circuit passes A4.
     assert _sec8(_summary([*PAIRS, *RETRIEVE]))["A4"].verdict == PASS
 
