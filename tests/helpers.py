@@ -304,8 +304,13 @@ def pair_maps(paths, n_layers=12):
 
 
 def found(paths=(*PAIR_LINKS, [5, 0, 0, 2], [7, 0, 0, 4], [9, 0, 0, 6]), combined=(0.02, 0.03, 0.04),
-          unexplained=(), kind="absolute", threshold=0.05, groups=(), serves=None, pair_attention=None):
+          unexplained=(), kind="absolute", threshold=0.05, groups=(), serves=None, pair_attention=None, losses=None):
+    """A discovery summary; ``losses`` default: each path's removal, held out, breaks the budget at x1."""
+    from stackedheads.circuits.paths import CircuitPath
+
     budgets = [threshold] * DEPTH
+    if losses is None:
+        losses = [{"ablation": "-" + CircuitPath(*p).key, "loss": 0.3, "partial": [0.5, 0.2, 0.2]} for p in paths]
     with_paths = sorted({(p[0], p[1]) for p in paths})
     useful = sorted(set(with_paths) | {(l, h) for l, h, _ in unexplained})
     return {
@@ -317,7 +322,7 @@ def found(paths=(*PAIR_LINKS, [5, 0, 0, 2], [7, 0, 0, 4], [9, 0, 0, 6]), combine
         "heads_with_paths": [list(h) for h in with_paths], "theory_min_heads": 3,
         "unexplained_heads": [list(u) for u in unexplained], "paths": [list(p) for p in paths],
         "redundant_groups": [list(g) for g in groups], "serves": serves or {}, "n_search": 64, "n_check": 64,
-        "losses": [], "pair_attention": pair_maps(paths) if pair_attention is None else pair_attention,
+        "losses": losses, "pair_attention": pair_maps(paths) if pair_attention is None else pair_attention,
     }
 
 

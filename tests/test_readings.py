@@ -56,65 +56,55 @@ def test_a2_cannot_decide_on_a_circuit_whose_combined_ablation_fails():
     a2 = by_id(sec8.circuit_claims({"train": train(), "circuits": {"0": bad}}))["A2"]
     assert set(readings_of(a2).values()) == {INCONCLUSIVE}, a2.measured
     assert "cannot say which heads are useful" in a2.measured
-    # Heads with unexplained rows count under one reading only.
+    # Heads with rows no baseline replaces are useful by the search's ablation; held out, only
+    # the heads whose recorded removal breaks the budget count.
     kept = found(unexplained=[(l, 0, "query") for l in (1, 2, 3)])
     a2 = by_id(sec8.circuit_claims({"train": train(), "circuits": {"0": kept}}))["A2"]
-    assert readings_of(a2) == {"heads-with-paths": PASS, "unexplained-useful": FAIL}, a2.measured
+    assert readings_of(a2) == {"ablation": FAIL, "held-out": PASS}, a2.measured
+    assert a2.measured.startswith("seed 0: 7 of 12 heads useful"), a2.measured
 
 
 def test_a5_counts_the_heads_as_a2_does():
-    """Sec. 8.2 (ii): the circuit's heads against the causal minimum (3 here), counted by A2's
-    readings on the relabelled circuit."""
+    """Sec. 8.2 (ii): the circuit's useful heads against the causal minimum (3 here), counted by
+    A2's readings; a circuit whose combined ablation fails cannot say how many heads it uses."""
     minimal = dict(paths=(*PAIR_LINKS, [5, 0, 0, 2], [7, 0, 0, 4]))  # three heads carry paths
     a5 = by_id(sec8.circuit_claims({"train": train(), "circuits": {"0": found(**minimal)}}))["A5"]
-    assert readings_of(a5) == {"heads-with-paths": FAIL, "unexplained-useful": FAIL}, a5.measured
-    # A fourth head whose row no rule explains: the flow may pass through it.
+    assert readings_of(a5) == {"ablation": FAIL, "held-out": FAIL}, a5.measured
+    # A fourth head whose row no baseline replaces: useful by the search's ablation; held out,
+    # the flow may pass through it.
     kept = found(**minimal, unexplained=[(3, 0, "query")])
     a5 = by_id(sec8.circuit_claims({"train": train(), "circuits": {"0": kept}}))["A5"]
-    assert readings_of(a5) == {"heads-with-paths": INCONCLUSIVE, "unexplained-useful": PASS}, a5.measured
-    assert a5.robust_verdict == DEPENDS and "the flow may pass through them" in a5.readings[0].measured
-    # A head whose only path the label rule drops no longer counts under the primary reading.
-    f = found()
-    f["diagnosis"] = [{"layer": 9, "head": 0, "role": "query", "rule": "s+6", "rule_covered": 0.1, "best": "p6",
-                       "kind": "positional", "covered": 0.99}]
-    a5 = by_id(sec8.circuit_claims({"train": train(), "circuits": {"0": f}}))["A5"]
-    assert readings_of(a5)["heads-with-paths"] == INCONCLUSIVE and "L9.0 query's s+6 covers 10%" in a5.measured
+    assert readings_of(a5) == {"ablation": PASS, "held-out": INCONCLUSIVE}, a5.measured
+    assert a5.verdict == PASS and "the flow may pass through them" in a5.readings[1].measured
     assert readings_of(found_a5 := by_id(sec8.circuit_claims({"train": train(), "circuits": {"0": found()}}))["A5"]) == {
-        "heads-with-paths": PASS, "unexplained-useful": PASS}, found_a5.measured
-    # A partial circuit cannot say how few heads would do; the heads it found useful are a lower
-    # bound, so more than the minimum passes all the same.
-    partial = found(**minimal, combined=(0.2, 0.3, 0.4))
-    a5 = by_id(sec8.circuit_claims({"train": train(), "circuits": {"0": partial}}))["A5"]
-    assert set(readings_of(a5).values()) == {INCONCLUSIVE} and "the circuit is partial" in a5.measured
-    a5 = by_id(sec8.circuit_claims({"train": train(), "circuits": {"0": found(combined=(0.2, 0.3, 0.4))}}))["A5"]
-    assert set(readings_of(a5).values()) == {PASS}, a5.measured
-    # Fewer heads than the theory allows: the circuit misses some, whichever way they are counted
-    # (one more head with an unexplained row still reaches only the minimum: FAIL counting it).
-    short = found(paths=(*PAIR_LINKS, [5, 0, 0, 2]), unexplained=[(3, 0, "query")])
+        "ablation": PASS, "held-out": PASS}, found_a5.measured
+    # A partial circuit: INCONCLUSIVE, however many heads it found useful.
+    for partial in (found(**minimal, combined=(0.2, 0.3, 0.4)), found(combined=(0.2, 0.3, 0.4))):
+        a5 = by_id(sec8.circuit_claims({"train": train(), "circuits": {"0": partial}}))["A5"]
+        assert set(readings_of(a5).values()) == {INCONCLUSIVE} and "the circuit is partial" in a5.measured
+    # Fewer heads than the theory allows: the circuit misses some.
+    short = found(paths=(*PAIR_LINKS, [5, 0, 0, 2]))
     a5 = by_id(sec8.circuit_claims({"train": train(), "circuits": {"0": short}}))["A5"]
-    assert readings_of(a5) == {"heads-with-paths": INCONCLUSIVE, "unexplained-useful": FAIL}, a5.measured
-    assert "fewer than the theory's minimum" in a5.readings[0].measured
+    assert set(readings_of(a5).values()) == {INCONCLUSIVE} and "fewer than the theory's minimum" in a5.measured
 
 
-def test_a_row_whose_rule_catches_under_half_its_attention_is_unexplained():
-    """results/sec8 seed 1's L4.0 query row: labelled s+4 with 0% of its attention there. Its
-    path serves nothing and its head is no retrieval head; the claims say which row moved."""
+def test_a_head_whose_rule_catches_under_half_its_attention_still_counts_by_its_ablation():
+    """results/sec8/tl-stack seed 0's L4.0: its row's rule catches 39% of its attention, but
+    removing its path raises the validation loss to 0.240. Useful by App. E's ablation, named
+    with the share its rule catches; a head that carries no useful path is never named."""
     paths = [[0, 0, 2, 1], [0, 0, 4, 3], [0, 0, 6, 5], [5, 0, 0, 2], [7, 0, 0, 4], [9, 0, 0, 6], [4, 0, 0, 4]]
     f = found(paths=paths)
-    f["diagnosis"] = [{"layer": 4, "head": 0, "role": "query", "rule": "s+4", "rule_covered": 0.0, "best": "p6",
-                       "kind": "positional", "covered": 0.99}]
-    f["retrieval_heads"], f["shortcut_heads"] = [[0, 0], [4, 0], [5, 0], [7, 0], [9, 0]], []
-    from stackedheads.stages import relabelled
-
-    r = relabelled(f)
-    assert [4, 0, 0, 4] not in r["paths"] and [4, 0, "query"] in r["unexplained_heads"]
-    assert [4, 0] not in r["heads_with_paths"] and [4, 0] not in r["retrieval_heads"]
+    f["diagnosis"] = [{"layer": 4, "head": 0, "role": "query", "rule": "s+4", "rule_covered": 0.39, "best": "p6",
+                       "kind": "positional", "covered": 0.99},
+                      {"layer": 8, "head": 0, "role": "query", "rule": "s+5", "rule_covered": 0.55, "best": "s+5",
+                       "kind": "retrieval", "covered": 0.55}]
     a2 = by_id(sec8.circuit_claims({"train": train(), "circuits": {"0": f}}))["A2"]
-    assert "L4.0 query's s+4 covers 0%" in a2.measured
-    assert a2.readings[0].measured.startswith("seed 0: 4 of 12 heads useful"), a2.readings[0].measured
-    # 0.5 itself is enough: half the attention is where the label says.
-    f["diagnosis"][0]["rule_covered"] = 0.5
-    assert relabelled(f)["relabelled"] == []
+    assert a2.measured.startswith("seed 0: 5 of 12 heads useful"), a2.measured
+    assert "L4.0 query's s+4 catches 39%" in a2.measured and "L8.0" not in a2.measured
+    # Held out, a path whose recorded removal keeps the budget does not count.
+    f["losses"] = [r if r["ablation"] != "-L4.0 s0->s4" else {**r, "partial": [0.01, 0.01, 0.01]} for r in f["losses"]]
+    a2 = by_id(sec8.circuit_claims({"train": train(), "circuits": {"0": f}}))["A2"]
+    assert a2.readings[1].measured.startswith("seed 0: 4 of 12 heads useful"), a2.readings[1].measured
 
 
 # --- E3's readings on one timeline ----------------------------------------------------------------
@@ -128,14 +118,16 @@ def test_e3_readings_time_the_same_timeline_differently(tmp_path):
     out of order, the last-path readings in order: E3 depends on the reading."""
     t = timeline({A: 800, B: 1200, C: 2000}, {A: [1], B: [2], C: [2]}, depth=2, drops=(100, 200))
     got = _e3(tmp_path, t)
-    assert got == {"first-path": PASS, "last-path-checkpoint": PASS, "last-path": PASS, "query-path": PASS,
-                   "hurt-most": INCONCLUSIVE}
+    assert got == {"first-path": PASS, "retrieval-paths": PASS, "last-path-checkpoint": PASS, "last-path": PASS,
+                   "query-path": PASS, "hurt-most": INCONCLUSIVE}
     t = timeline({A: 1600, B: 1200, C: 2000}, {A: [1], B: [2], C: [2]}, depth=2, drops=(100, 200))
     got = _e3(tmp_path, t)
     assert got["first-path"] == FAIL and got["query-path"] == FAIL
     assert got["last-path"] == PASS and got["last-path-checkpoint"] == PASS
     c = _claims(tmp_path, t)["E3"]
-    assert c.verdict == FAIL and c.robust_verdict == DEPENDS and "PASS under last-path-checkpoint, last-path" in c.robustness
+    # The paper's words do not choose between these readings: E3 leads with the robust verdict.
+    assert c.primary_verdict == FAIL and c.verdict == c.robust_verdict == DEPENDS and not c.primary_fixed
+    assert "PASS under last-path-checkpoint, last-path" in c.robustness and c.seeds == {"0": DEPENDS}
 
 
 def test_hurt_most_reads_the_discoverys_per_path_losses(tmp_path):
@@ -212,20 +204,14 @@ def test_published_e3_has_every_reading_and_a_robustness(cli):
     assert e3["robustness"] and e3["robust_verdict"] in (PASS, FAIL, INCONCLUSIVE, DEPENDS)
 
 
-def _first_path_order(t: dict, summary: dict) -> str:
-    """E3's first-path reading recomputed from a timeline.json and its discovery summary alone:
-    paths of rows whose rule catches under half their attention serve nothing; x_j's time is
-    the earliest interpolated crossing of a path serving x_j and not x_(j-1) (None: never);
-    a position no path serves cannot be timed."""
-    bad = {(d["layer"], d["head"], d["role"]) for d in summary.get("diagnosis", [])
-           if d.get("rule_covered") is not None and d["rule_covered"] < 0.5}
-
-    def row(key):
-        layer, head = key[1:].split(" ")[0].split(".")
-        src = int(key.split(" s")[1].split("->")[0])
-        return int(layer), int(head), "query" if src == 0 else ("second" if src % 2 == 0 else "first")
-
-    serves = {k: ([] if row(k) in bad else v) for k, v in t["serves"].items()}
+def _position_order(t: dict, retrieval_only: bool = False) -> str:
+    """E3's first-path reading (``retrieval_only``: its retrieval-paths reading) recomputed from
+    a timeline.json alone: a path whose own attention at the last checkpoint is under 0.5
+    serves nothing (with ``retrieval_only``, nor does a shortcut: a dst that is no s-index);
+    x_j's time is the earliest interpolated crossing of a path serving x_j and not x_(j-1)
+    (None: never); a position no path serves cannot be timed."""
+    serves = {k: (v if _final(t, k) >= 0.5 and not (retrieval_only and not k.split("->")[1].startswith("s")) else [])
+              for k, v in t["serves"].items()}
     untimed, times = False, []
     for j in range(1, len(t["positions"]) + 1):
         new = [k for k, v in serves.items() if j in v and j - 1 not in v]
@@ -245,9 +231,17 @@ def _first_path_order(t: dict, summary: dict) -> str:
     return PASS
 
 
-def test_e3_first_path_counts_agree_with_a_recomputation_from_the_published_timelines():
-    """Over every published seed that learned, E3 under the first-new-path reading, as the claims
-    give it, equals a recomputation from the timeline.json and summary.json files."""
+def _final(t: dict, key: str) -> float:
+    """A path's attention at the timeline's last checkpoint, found by its key's text."""
+    def text(p):
+        layer, head, src, dst = p
+        dst = "p0" if dst == -1 else (f"s{dst}" if isinstance(dst, int) else dst)
+        return f"L{layer}.{head} s{src}->{dst}"
+
+    return dict(zip(map(text, t["paths"]), t["attention"][-1]))[key]
+
+
+def _published_e3(reading: str, retrieval_only: bool):
     from stackedheads.claims.circuits import learned
     from stackedheads.stages import stage_from_files
 
@@ -256,18 +250,45 @@ def test_e3_first_path_counts_agree_with_a_recomputation_from_the_published_time
         folder = summary.parents[2]
         stage = stage_from_files(folder / "emergence", "transformer-D")
         e3 = by_id(claims.folder_claims(folder))["E3"]
-        first = next(r for r in e3.readings if r.reading == "first-path")
-        for s, found_ in stage["circuits"].items():
+        mine = next(r for r in e3.readings if r.reading == reading)
+        for s in stage["circuits"]:
             if not learned(stage["train"], s, 6400)[0]:
                 continue
             path = folder / "emergence" / "timeline" / f"seed{s}" / "timeline.json"
             if not path.exists():
                 continue
-            counted.append(first.seeds[s])
-            recomputed.append(_first_path_order(json.loads(path.read_text()), found_))
+            counted.append(mine.seeds[s])
+            recomputed.append(_position_order(json.loads(path.read_text()), retrieval_only))
+    return counted, recomputed
+
+
+def test_e3_first_path_counts_agree_with_a_recomputation_from_the_published_timelines():
+    """Over every published seed that learned, E3 under the first-new-path reading, as the claims
+    give it, equals a recomputation from the timeline.json files."""
+    counted, recomputed = _published_e3("first-path", retrieval_only=False)
     assert len(counted) >= 30
     assert counted == recomputed
     assert counted.count(PASS) >= 1 and counted.count(FAIL) >= 1  # the reading decides both ways on published seeds
+
+
+def test_e3_retrieval_paths_agree_with_a_recomputation_from_the_published_timelines():
+    """E3's retrieval-paths reading, shortcuts excluded as E2 excludes them, recomputed from the
+    timeline.json files; results/sec9/tl-stack seed 0, out of order only through L0.0 s7->t-1,
+    is in order by its retrieval paths."""
+    counted, recomputed = _published_e3("retrieval-paths", retrieval_only=True)
+    assert len(counted) >= 30 and counted == recomputed
+    e3 = by_id(claims.folder_claims(ROOT / "results" / "sec9" / "tl-stack"))["E3"]
+    by = {r.reading: r.seeds["0"] for r in e3.readings}
+    assert by["first-path"] == FAIL and by["retrieval-paths"] == PASS
+
+
+def test_a_path_whose_own_attention_ends_under_half_serves_nothing_under_every_reading():
+    """results/sec9/lr-3e-4 seed 3: L14.0 s0->s2's row covers 55% but the path itself ends at
+    0.25: it times no position, the query-path reading included."""
+    e3 = by_id(claims.folder_claims(ROOT / "results" / "sec9" / "lr-3e-4"))["E3"]
+    for r in e3.readings:
+        text = r.measured.split("seed 3: ", 1)[1].split("; seed ", 1)[0]
+        assert "by L14.0 s0->s2" not in text and "L14.0 s0->s2 0.25" in text, (r.reading, text)
 
 
 def test_paper_curriculum_a3_is_judged_by_the_combined_validation_loss(cli):

@@ -21,6 +21,20 @@ def _write(path, obj):
     path.write_text(json.dumps(obj))
 
 
+def found_for(tl: dict) -> dict:
+    """A discovery summary whose per-path losses match a timeline: removing a path raises the
+    partial loss of the first position it serves (E3's hurt-most reading reads them)."""
+    f = found()
+    depth = len(tl["positions"])
+    f["losses"] = [{"ablation": "combined", "loss": 0.01, "partial": [0.01] * depth}]
+    for key, js in tl["serves"].items():
+        partial = [0.01] * depth
+        for j in js[:1]:
+            partial[j - 1] = 0.5
+        f["losses"].append({"ablation": "-" + key, "loss": 0.2, "partial": partial})
+    return f
+
+
 def emergence_folder(root, finals, timelines, recipe=None):
     """An emergence stage laid out as `reproduce` writes it: one training summary, a circuit and a
     timeline per seed. ``finals``: the final val MSE per seed (partials just below it)."""
@@ -31,7 +45,7 @@ def emergence_folder(root, finals, timelines, recipe=None):
     stage = root / "emergence"
     _write(stage / "runs" / EMERGENCE_RUN / "summary.json", t)
     for s, tl in enumerate(timelines):
-        _write(stage / "discovered" / f"seed{s}" / "summary.json", found())
+        _write(stage / "discovered" / f"seed{s}" / "summary.json", found_for(tl))
         _write(stage / "timeline" / f"seed{s}" / "timeline.json", tl)
     return root
 

@@ -509,7 +509,12 @@ def index_markdown(root: Path) -> str:
 
 
 def write_index(root: Path) -> Path:
-    """Write ``root/README.md`` (:func:`index_markdown`) and return its path."""
+    """Write ``root/README.md`` (:func:`index_markdown`) and return its path; the tables of
+    verdicts in the repository's README.md and docs/results.md beside ``root`` are written from
+    the claims again (:func:`stackedheads.claims.published.write_blocks`)."""
+    from stackedheads.claims.published import write_blocks
+
     path = Path(root) / INDEX_FILE
     atomic_write_text(path, index_markdown(Path(root)))
+    write_blocks(Path(root))
     return path

@@ -116,6 +116,7 @@ TIMELINE = {
     "steps": [int], "epochs": [NUM], "plateau_steps": _WHEN, "first_paths": [str], "serves": Each([int]),
     "emerged": Each(_WHEN), "emerged_seen?": Each(_WHEN), "order": str, "loss_drops": Each(_WHEN), "loss_drop_order": str,
     "positions": Each({"new_paths": [str], "step": _WHEN, "seen?": _WHEN, "epoch?": _WHEN, "status": str}),
+    "paths?": [list], "attention?": [[NUM]],
 }
 
 
@@ -231,16 +232,38 @@ def relabelled(found: dict) -> dict:
     return out
 
 
+def final_attention(t: dict) -> dict[str, float]:
+    """Each path's own mean attention at a timeline's last checkpoint ({} when the timeline
+    holds no attention: one written before it was kept)."""
+    if not t.get("attention") or not t.get("paths"):
+        return {}
+    return {CircuitPath(*p).key: a for p, a in zip(t["paths"], t["attention"][-1], strict=True)}
+
+
 def relabelled_timeline(t: dict, found: dict | None) -> dict:
-    """A timeline whose paths serve nothing where discovery's rule for their row catches less
-    than :data:`LABEL_COVER` of its attention (:func:`relabelled`)."""
-    if not found:
-        return t
-    bad = {(d["layer"], d["head"], d["role"]) for d in mislabelled(found)}
-    if not bad:
-        return t
-    serves = {k: ([] if _row_of(k) in bad else v) for k, v in t["serves"].items()}
-    return {**t, "serves": serves}
+    """A timeline whose paths serve nothing where their label does not hold, path by path: a
+    path serves its positions only where its own attention at the last checkpoint is at least
+    :data:`LABEL_COVER` (a mixture row may cover half its attention while one of its paths gets
+    a quarter). A timeline without attention falls back to its rows' shares (:func:`relabelled`).
+    ``unlabelled`` maps each such path to its final attention (None: the row's share decided)."""
+    final = final_attention(t)
+    if final:
+        gone = {k: a for k, a in final.items() if k in t["serves"] and a < LABEL_COVER}
+    else:
+        bad = {(d["layer"], d["head"], d["role"]) for d in mislabelled(found or {})}
+        gone = {k: None for k in t["serves"] if _row_of(k) in bad}
+    serves = {k: ([] if k in gone else v) for k, v in t["serves"].items()}
+    return {**t, "serves": serves, "unlabelled": gone}
+
+
+def unlabelled_text(t: dict) -> str:
+    """The paths :func:`relabelled_timeline` took out, with their own final attention."""
+    gone = t.get("unlabelled") or {}
+    if not gone:
+        return ""
+    shown = ", ".join(k + ("" if a is None else f" {a:.2f}") for k, a in sorted(gone.items()))
+    return (f"; {len(gone)} paths serve nothing, their own attention at the last checkpoint under "
+            f"{LABEL_COVER} (or their row's rule catching under {LABEL_COVER:.0%} of it): {shown}")
 
 
 def new_paths(serves: dict[str, list[int]], j: int) -> list[str]:
@@ -271,27 +294,38 @@ def hurt_most(found: dict | None, keys: list[str]) -> dict[str, int] | None:
     return out
 
 
+def position_paths(t: dict, reading: str, j: int, owner: dict[str, int] | None = None) -> list[str]:
+    """The paths that time x_j under an E3 reading, from a timeline whose serves are relabelled
+    (:func:`relabelled_timeline`): the paths new for x_j (serving it and not x_(j-1));
+    ``retrieval-paths``: those among the retrieval paths alone (a shortcut is no induction
+    head, as E2 says); ``query-path``: the query's path s0->s_2j; ``hurt-most``: the paths whose
+    removal raises x_j's loss most (``owner``, :func:`hurt_most`)."""
+    serves, gone = t["serves"], t.get("unlabelled") or {}
+    if reading == "query-path":
+        return sorted(k for k in serves if k not in gone and (p := CircuitPath.parse(k)).src == 0 and p.dst == 2 * j)
+    if reading == "hurt-most":
+        return sorted(k for k, pos in (owner or {}).items() if pos == j)
+    if reading == "retrieval-paths":
+        return new_paths({k: v for k, v in serves.items() if path_kind(CircuitPath.parse(k).dst) == "retrieval"}, j)
+    return new_paths(serves, j)
+
+
 def position_times(t: dict, reading: str, found: dict | None = None) -> dict[str, tuple[float | None, list[str], str]]:
     """Per chain position x_j of a timeline (its serves already relabelled), under an E3
     reading: (when it emerges or None, the paths that time it, status). Status ``no path``: no
-    path times it, so it cannot be ordered."""
+    path times it, so it cannot be ordered. The last-path readings time x_j by its last new
+    path (a redundant group by its first member); the others by its first."""
     serves, emerged, seen = t["serves"], t["emerged"], t.get("emerged_seen") or {}
-    depth = len(t["positions"])
     groups = [g for g in t.get("groups", []) if all(k in serves for k in g)]
     group_of = {k: tuple(g) for g in groups for k in g}
     owner = hurt_most(found, [k for k, v in serves.items() if v]) if reading == "hurt-most" else None
+    times = seen if reading == "last-path-checkpoint" else emerged
     out = {}
-    for j in range(1, depth + 1):
-        if reading == "query-path":
-            mine = sorted(k for k in serves if (p := CircuitPath.parse(k)).src == 0 and p.dst == 2 * j)
-        elif reading == "hurt-most":
-            mine = sorted(k for k, pos in (owner or {}).items() if pos == j)
-        else:
-            mine = new_paths(serves, j)
+    for j in range(1, len(t["positions"]) + 1):
+        mine = position_paths(t, reading, j, owner)
         if not mine:
             out[f"x{j}"] = (None, [], "no path")
             continue
-        times = seen if reading == "last-path-checkpoint" else emerged
         if reading in ("last-path", "last-path-checkpoint"):
             units = sorted({group_of.get(k, (k,)) for k in mine})
             per = [min((times[k] for k in u if times.get(k) is not None), default=None) for u in units]

@@ -51,6 +51,8 @@ from stackedheads.claims._core import (
     claims_table,
     combine,
     readings_table,
+    seed_rows,
+    seeds_table,
     expect,
     read_json,
     read_jsonl,
@@ -61,6 +63,7 @@ from stackedheads.layout import STAGE_NAMES
 __all__ = [
     "DEPENDS", "FAIL", "INCONCLUSIVE", "NOT_RUN", "PASS", "SECTIONS", "VERDICTS", "Claim", "Section",
     "claims_table", "collect", "combine", "expect", "folder_claims", "read_json", "read_jsonl", "readings_table", "sections",
+    "seed_rows", "seeds_table",
 ]
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from stackedheads import pieces
 from stackedheads.circuits.paths import CircuitPath, path_kind
-from stackedheads.claims._core import FAIL, INCONCLUSIVE, PASS, combine
+from stackedheads.claims._core import FAIL, INCONCLUSIVE, NOT_LEARNED, PASS
 from stackedheads.stages import LABEL_COVER
 
 # A circuit of a model that has not learned proves nothing: circuit and emergence claims need
@@ -35,7 +35,7 @@ def learned(train: dict, seed: str, paper_steps: int | None = None) -> tuple[boo
     advice = (f"not learned in the paper's {paper_steps:,} steps, so no circuit to judge"
               if paper_steps and steps is not None and steps >= paper_steps else "train longer")
     return False, (
-        f"seed {seed}: the model has not learned the task ({shown}; every position must be <= {limit:.3g}, "
+        f"seed {seed}: {NOT_LEARNED} ({shown}; every position must be <= {limit:.3g}, "
         f"{LEARNED_FRACTION:.0%} of the 1 - 1/N = {1 - 1 / chains:.3g} plateau): {advice}"
     )
 
@@ -56,24 +56,63 @@ def shortcut_text(found: dict) -> str:
     return "shortcuts: " + ", ".join(f"{CircuitPath(*p).key} ({path_kind(p[3])})" for p in paths) if paths else ""
 
 
-def heads_text(found: dict) -> str:
-    """The useful heads by what they do: the paper's retrieval heads, the shortcut heads (every
-    useful path positional or cross-chain, named), and heads with rows no rule explains. Older
-    summaries, written before shortcuts had rules, give only heads with paths."""
-    kept = sorted({(l, h) for l, h, _ in found["unexplained_heads"]})
-    if "retrieval_heads" not in found:
-        return f"{len(found['heads_with_paths'])} with paths, {len(kept)} with unexplained rows"
-    shortcut = found["shortcut_heads"]
-    named = ", ".join(filter(None, [shortcut_text(found)[11:], ", ".join(
-        mapped_text(found, *row) for row in found.get("mapped_rows", []))]))
-    # Rows a retrieval rule replaces while covering little of their attention: said, not hidden.
-    weak = [d for d in found.get("diagnosis", []) if d.get("rule_covered") is not None
-            and d.get("rule_kind") == "retrieval" and LABEL_COVER <= d["rule_covered"] < WEAK]
-    return (f"{len(found['retrieval_heads'])} retrieval heads with paths along the chain"
-            + (" (" + ", ".join(f"L{d['layer']}.{d['head']} {d['role']}'s {d['rule']} covers only "
-                                f"{d['rule_covered']:.0%} of its attention" for d in weak) + ")" if weak else "")
-            + f", {len(shortcut)} shortcut heads" + (f" ({named})" if shortcut else "")
-            + f", {len(kept)} with unexplained rows")
+def ablation_heads(found: dict) -> set[tuple[int, int]]:
+    """App. E's useful heads, as the discovery's ablations decide them: a head is useful when
+    replacing its attention by uniform or the identity breaks the budget: a path of it whose
+    removal does (alone or in a redundant group), a row following its own map (no baseline
+    kept the budget), a row no rule nor baseline replaces. Labels do not decide it."""
+    if "useful_heads" in found:
+        return {tuple(h) for h in found["useful_heads"]}
+    return ({(l, h) for l, h, *_ in found["paths"]} | {(l, h) for l, h, *_ in found["unexplained_heads"]}
+            | {(l, h) for l, h, *_ in found.get("mapped_rows", [])})
+
+
+def held_out_heads(found: dict) -> set[tuple[int, int]] | None:
+    """The heads whose removal recorded on the held-out sequences (a path, a redundant group, a
+    row following a map, made uniform) breaks the budget at some position; None where the
+    summary holds no per-path losses."""
+    rows = {r["ablation"]: r["partial"] for r in found.get("losses") or []}
+    if not rows:
+        return None
+
+    def breaks(name: str) -> bool:
+        return name in rows and any(p > b for p, b in zip(rows[name], found["budgets"], strict=True))
+
+    out = {(l, h) for l, h, *rest in found["paths"] if breaks("-" + CircuitPath(l, h, *rest).key)}
+    for group in found.get("redundant_groups", []):
+        keys = [k if isinstance(k, str) else CircuitPath(*k).key for k in group]
+        if breaks("-(" + " + ".join(keys) + ")"):
+            out |= {CircuitPath.parse(k)[:2] for k in keys}
+    return out | {(l, h) for l, h, role, *_ in found.get("mapped_rows", []) if breaks(f"-L{l}.{h} {role}")}
+
+
+def heads_text(found: dict, heads: set[tuple[int, int]]) -> str:
+    """The useful ``heads`` by what they do (labels describe, they do not count): the retrieval
+    heads (a useful path along the chain), the shortcut heads (positional or cross-chain paths,
+    or rows following their own map), the heads with rows no rule explains, and the rows of
+    these heads whose rule catches under :data:`WEAK` of their attention. No other head is named."""
+    paths = [CircuitPath(*p) for p in found["paths"] if (p[0], p[1]) in heads]
+    retrieval = sorted({p[:2] for p in paths if path_kind(p.dst) == "retrieval"})
+    cuts = [p for p in paths if path_kind(p.dst) != "retrieval"]
+    mapped = [row for row in found.get("mapped_rows", []) if tuple(row[:2]) in heads]
+    shortcut = sorted(({p[:2] for p in cuts} | {tuple(r[:2]) for r in mapped}) - set(retrieval))
+    kept = sorted({(l, h) for l, h, _ in found["unexplained_heads"]} & heads)
+    named = ", ".join([*(f"{p.key} ({path_kind(p.dst)})" for p in cuts), *(mapped_text(found, *r) for r in mapped)])
+    weak = [d for d in found.get("diagnosis", []) if (d["layer"], d["head"]) in heads
+            and d.get("rule_covered") is not None and d["rule_covered"] < WEAK]
+    said = ", ".join(f"L{d['layer']}.{d['head']} {d['role']}'s {d['rule']} catches {d['rule_covered']:.0%}" for d in weak)
+    return (_n(retrieval, "retrieval head") + (f" ({_heads(retrieval)})" if retrieval else "")
+            + ", " + _n(shortcut, "shortcut head") + (f" ({named})" if shortcut else "")
+            + f", {len(kept)} with rows no rule explains" + (f" ({_heads(kept)})" if kept else "")
+            + (f"; their rules catching under {WEAK:.0%} of the row's attention: {said}" if weak else ""))
+
+
+def _n(items, noun: str) -> str:
+    return f"{len(items)} {noun}" + ("" if len(items) == 1 else "s")
+
+
+def _heads(heads) -> str:
+    return ", ".join(f"L{l}.{h}" for l, h in sorted(heads))
 
 
 def mapped_text(found: dict, layer: int, head: int, role: str, rule: str) -> str:
@@ -175,12 +214,6 @@ def kept_below(found: dict) -> list[tuple[int, int]]:
     return kept if low is None else [k for k in kept if k[0] < low[0]]
 
 
-def per_seed(seeds, each) -> tuple[str, str]:
-    """``each(seed) -> (verdict, text)`` over seeds, combined."""
-    results = [(s, *each(s)) for s in seeds]
-    return combine(v for _, v, _ in results), "; ".join(f"seed {s}: {t}" for s, _, t in results)
-
-
 def gated(stage: dict, each, paper_steps: int | None = None):
     """``each`` only where the seed's model has learned the task, else INCONCLUSIVE (also when
     the training summary that says so is missing); ``paper_steps`` as :func:`learned` takes it."""
@@ -211,12 +244,6 @@ def with_unfinished(found: list, stage_dir: Path, run_name: str) -> list:
 
 def no_summary(stage: dict) -> str:
     return f"{stage['missing']} is missing (the training run's final losses this claim needs)"
-
-
-def relabel_text(found: dict) -> str:
-    rows = found.get("relabelled") or []
-    return (f"; {len(rows)} rows unexplained, their rule catching under {LABEL_COVER:.0%} of their attention "
-            f"({', '.join(rows)})") if rows else ""
 
 
 def validation_total(found: dict) -> tuple[str, str]:

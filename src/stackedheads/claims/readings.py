@@ -1,10 +1,11 @@
 """The readings of a claim: each faithful way to measure what the paper leaves open, one of them
-primary, chosen by the paper's own words (docs/verdicts.md quotes them).
+primary (docs/verdicts.md quotes the paper's words behind it).
 
-A claim judged under several readings carries every reading's verdict; the verdict it prints
-is the primary one, and its robustness says whether every reading agrees
-(:attr:`~stackedheads.claims._core.Claim.robust_verdict`: the common verdict, or
-``DEPENDS ON READING``, never counted as a pass).
+A claim judged under several readings carries every reading's verdict. Where the paper's words
+fix the primary reading (``fixed``), the claim leads with the primary verdict; where they do not,
+it leads with the robust verdict (:attr:`~stackedheads.claims._core.Claim.robust_verdict`: the
+common verdict, or ``DEPENDS ON READING``, never counted as a pass) and the primary is one
+reading among the others.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from stackedheads.claims._core import Claim, Judged, combine
+from stackedheads.claims._core import DEPENDS, NOT_LEARNED, Claim, Judged, count_line, learned_only
 from stackedheads.errors import UsageError
 
 
@@ -24,11 +25,13 @@ class Reading:
 
 @dataclass(frozen=True)
 class Readings:
-    """A claim's readings, the primary first, and the paper's words that choose it."""
+    """A claim's readings, the primary first, the paper's words behind it, and whether those
+    words fix it (else the claim leads with its robust verdict)."""
 
     claim: str
     words: str  # the paper's sentence the primary reading follows
     readings: tuple[Reading, ...]
+    fixed: bool = True
 
     @property
     def primary(self) -> str:
@@ -47,20 +50,23 @@ READINGS: dict[str, Readings] = {r.claim: r for r in (
         Reading("first-head", "the head of the first path to cross 0.5: every path of it serving a position is new for x1 only"),
         Reading("first-path", "the first paths to cross 0.5 (at one checkpoint): each is new for x1 only"),
     )),
+    # The sentence times each path; whether a position emerges with its first or its last new
+    # path it does not say, and Sec. 9.2 (i)'s head "on layers 14 and 21" reads as the last.
     Readings("E3", "Sec. 9.2: 'I approximate the attention between checkpoints using linear interpolation ... the first epoch when the average attention goes above 0.5 for each attention path'", (
         Reading("first-path", "x_j emerges when its first new path crosses 0.5 (interpolated between checkpoints)"),
+        Reading("retrieval-paths", "x_j emerges when its first new retrieval path crosses 0.5 (shortcuts excluded, as E2 excludes them)"),
         Reading("last-path-checkpoint", "x_j emerges at the checkpoint where its last new path is first seen above 0.5"),
         Reading("last-path", "x_j emerges when its last new path crosses 0.5 (interpolated)"),
         Reading("query-path", "x_j emerges when the query's path s0->s_2j crosses 0.5 (interpolated)"),
         Reading("hurt-most", "each path belongs to the position whose loss its removal raises most; x_j emerges at its first path's crossing"),
-    )),
-    Readings("A2", "App. E: 'For the attention heads that are responsible for the information flow, I construct an attention map that is zero everywhere except for the position that I expect the head to attend to'", (
-        Reading("heads-with-paths", "useful heads are those with useful paths or rows following a map; a failing combined ablation cannot decide"),
-        Reading("unexplained-useful", "rows no rule explains count as useful too; a failing combined ablation cannot decide"),
+    ), fixed=False),
+    Readings("A2", "App. E: 'For the attention heads that do not perform any useful computation, I replace the attention weights with either uniform attention or an identity matrix'", (
+        Reading("ablation", "a head is useful when replacing its attention by uniform or the identity breaks the budget: its paths' removal (alone or in a redundant group), its rows following a map, its rows no rule nor baseline replaces; a failing combined ablation cannot decide"),
+        Reading("held-out", "only the heads whose removal recorded on the held-out sequences breaks the budget; a failing combined ablation cannot decide"),
     )),
     Readings("A5", "Sec. 8.2: 'none of the transformers use the minimum number of attention heads required to solve the retrieval problem'", (
-        Reading("heads-with-paths", "the circuit's heads are those with useful paths or rows following a map, as A2 counts them; more than the causal minimum passes"),
-        Reading("unexplained-useful", "heads with rows no rule explains count too"),
+        Reading("ablation", "the circuit's useful heads, counted as A2 counts them, more than the causal minimum; a failing combined ablation cannot decide"),
+        Reading("held-out", "the heads whose held-out removal breaks the budget, as A2's held-out reading counts them"),
     )),
     Readings("A3", "App. E: 'After performing the combined ablations (step 5), I find that the mean squared error increases slightly, but remains below 0.05'", (
         Reading("combined-loss", "the combined ablation's validation loss over every position below the budget (App. E: 0.05)"),
@@ -88,15 +94,30 @@ def check_names(names: list[str]) -> None:
 def judged(section: str, cid: str, paper: str, seeds: list[str],
            each: dict[str, Callable[[str], tuple[str, str]]]) -> Claim:
     """A claim over ``seeds`` under every reading of :data:`READINGS` (``each[name](seed) ->
-    (verdict, text)``): the primary reading's verdict and text, every reading beside it."""
+    (verdict, text)``), each reading's verdict over the seeds that learned
+    (:func:`~stackedheads.claims._core.learned_only`). The claim leads with the primary
+    reading's verdict where the paper's words fix it, else with the robust verdict; per seed
+    the same way."""
     spec = READINGS[cid]
     if set(each) != set(spec.names()):
         raise ValueError(f"{cid}: readings {sorted(each)} are not {spec.names()}")  # a bug, not input
     out = []
     for r in spec.readings:
         results = [(s, *each[r.name](s)) for s in seeds]
-        text = "; ".join(f"seed {s}: {t}" for s, _, t in results)
-        out.append(Judged(r.name, r.name == spec.primary, combine(v for _, v, _ in results), text,
-                          {s: v for s, v, _ in results}))
+        verdict, count = learned_only(results)
+        text = count + "; ".join(f"seed {s}: {t}" for s, _, t in results)
+        out.append(Judged(r.name, r.name == spec.primary, verdict, text, {s: v for s, v, _ in results}))
     primary = out[0]
-    return Claim(section, cid, paper, primary.measured, primary.verdict, tuple(out))
+    if spec.fixed:
+        return Claim(section, cid, paper, primary.measured, primary.verdict, tuple(out), dict(primary.seeds))
+    per_seed = {s: common(r.seeds[s] for r in out) for s in seeds}
+    idle = [s for s in seeds if all(f"seed {s}: {NOT_LEARNED}" in r.measured for r in out)]
+    count = count_line(per_seed, idle)
+    text = (f"over the readings, {count}; " if count else "") + f"under {primary.reading}: {primary.measured}"
+    return Claim(section, cid, paper, text, common(r.verdict for r in out), tuple(out), per_seed, False)
+
+
+def common(verdicts) -> str:
+    """The verdict every reading gives, or DEPENDS ON READING."""
+    found = set(verdicts)
+    return found.pop() if len(found) == 1 else DEPENDS

@@ -146,7 +146,7 @@ def claims_cmd(
 ) -> None:
     """Re-evaluate every claim of a folder from its files (no training): PASS, FAIL, INCONCLUSIVE or NOT RUN,
     under the primary reading, with whether every reading of the paper agrees."""
-    from stackedheads.claims import NOT_RUN, claims_table, folder_claims, readings_table
+    from stackedheads.claims import NOT_RUN, claims_table, folder_claims, readings_table, seeds_table
     from stackedheads.claims.readings import check_names
 
     check_names(reading)
@@ -161,6 +161,8 @@ def claims_cmd(
     if held and len(held) < len(found):
         others = _id_ranges([c.id for c in found if c.verdict == NOT_RUN])
         print(f"NOT RUN (nothing in this folder measures them): {others}")
+    for table in seeds_table(found):  # a section judged over several seeds: its verdicts seed by seed
+        Console().print(table)
     if readings or reading:
         for table in readings_table(found, reading):
             Console().print(table)

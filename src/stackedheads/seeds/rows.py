@@ -7,7 +7,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from stackedheads.claims import NOT_RUN, VERDICTS
+from stackedheads.claims import DEPENDS, NOT_RUN, VERDICTS
 from stackedheads.errors import UsageError
 from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN, timeline
 from stackedheads.ordering import end_of_plateau, order_of
@@ -19,7 +19,6 @@ from stackedheads.stages import (
     loss_drops,
     position_times,
     read_timeline,
-    relabelled,
     relabelled_timeline,
     stage_from_files,
     times_order,
@@ -95,7 +94,8 @@ class RunSeeds:
         useful = [r.useful_heads for r in self.rows if r.useful_heads is not None]
         out["useful_heads"] = spread(useful)
         ids = sorted({k for r in self.rows for k in r.verdicts})
-        out["verdicts"] = {k: {v: n for v in VERDICTS if (n := sum(r.verdicts.get(k) == v for r in self.rows))} for k in ids}
+        out["verdicts"] = {k: {v: n for v in (*VERDICTS, DEPENDS) if (n := sum(r.verdicts.get(k) == v for r in self.rows))}
+                           for k in ids}
         return out
 
     def to_dict(self) -> dict:
@@ -190,9 +190,9 @@ def section_seeds(folder: Path, stage_name: str, label: str) -> RunSeeds | None:
         if found is not None:
             row.useful_heads = found["n_useful_heads"]
             row.n_heads = heads_in(train["config"]) if stage["train"] else None
-            named = relabelled(found)  # a row whose rule catches under half its attention is unexplained
-            row.unexplained_rows = len(named["unexplained_heads"])
-            row.shortcut_heads = len(named.get("shortcut_heads", []))
+            # As the discovery's ablations decide them (A2, A5): labels describe rows, they do not count them.
+            row.unexplained_rows = len(found["unexplained_heads"])
+            row.shortcut_heads = len(found.get("shortcut_heads", []))
         if section == "sec8":
             claims = [] if found is None else sec8.circuit_claims(_one_seed(stage, seed))
         else:  # E4 needs no circuit: a seed without one is judged from its metrics
