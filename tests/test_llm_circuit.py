@@ -166,6 +166,19 @@ def test_summary_counts_only_correct_questions():
     assert s["hops"][0]["heads"][0]["moves"] == {"L1:x1 -> end": 1}
 
 
+def test_a_head_confirmed_for_two_hops_counts_for_one():
+    def cand(layer, t, act):
+        return {"layer": layer, "head": 0, "t": t, "act": act, "carries": True, "src_role": "x", "dest_role": "end"}
+
+    hops = [{"k": 1, "measured": True, "candidates": [cand(20, 0.17, 0.8), cand(22, 0.11, 0.4)]},
+            {"k": 2, "measured": True, "candidates": [cand(22, 0.27, 0.3)]}]
+    own = C.own_carriers(hops)
+    assert [c["layer"] for c in own[1]] == [20] and [c["layer"] for c in own[2]] == [22]
+    assert C.hop_layers(hops) == {1: 20, 2: 22}
+    hops[1]["candidates"] = []  # hop 2 without a head of its own
+    assert C.hop_layers(hops) == {1: 20, 2: None}
+
+
 # --- bad input --------------------------------------------------------------------------------------
 
 
@@ -229,7 +242,7 @@ def test_cli_bad_input_exits_2(cli, tmp_path):
         (["--model", "nowhere.gguf"], "not found"),
         (["--model", "x.bin"], "unknown model"),
         (["--model", "tiny.gguf", "--formulation", "relatives"], "no single chain"),
-        (["--model", "tiny.gguf", "--depth", "99"], "out of range"),
+        (["--model", "tiny.gguf", "--depth", "500"], "out of range"),
     ]:
         code, out, err = cli("llm-circuit", *args, "--out", tmp_path / "o")
         assert code == 2 and words in err and "Traceback" not in err, (args, err)

@@ -23,9 +23,12 @@ Per question (``index`` of stream ``seed``, as ``llm-bench`` asks them, chat mod
    every position from counterfactual k); a head carries hop k if its patched effect is at least
    :data:`HEAD_MIN` and ``t_k > 0``; for each, the position where its effect is largest (the
    destination) and the token it attends to most there (the source) name what it moves where;
-6. path patching: hop k-1's heads patched from counterfactual k-1 together (``E``), and again
-   with hop k's heads frozen at their clean outputs (``E_frozen``); ``(E - E_frozen) / E`` is the
-   share of hop k-1's effect mediated by hop k's heads.
+   a head confirmed for several hops counts for the one where its ``t`` is largest
+   (:func:`own_carriers`, read when summarising);
+6. path patching: hop k-1's confirmed heads patched from counterfactual k-1 together (``E``),
+   and again with hop k's confirmed heads that are not also hop k-1's frozen at their clean
+   outputs (``E_frozen``); ``(E - E_frozen) / E`` is the share of hop k-1's effect mediated by
+   hop k's heads (measured where ``E`` is at least :data:`HEAD_MIN`).
 
 Each question's result is one line of ``results.jsonl``, appended as soon as it is done, so an
 interrupted run resumes where it stopped. :func:`summarise` reads the lines back; the claims
@@ -469,10 +472,23 @@ def _default_load(model: str):
 # --- summary ----------------------------------------------------------------------------------------
 
 
-def hop_layer(hop: dict) -> int | None:
-    """The layer of a hop's strongest confirmed head in one question, or None."""
-    carriers = [c for c in hop.get("candidates", []) if c.get("carries")]
-    return max(carriers, key=lambda c: c["act"])["layer"] if carriers else None
+def own_carriers(hops: Sequence[dict]) -> dict[int, list[dict]]:
+    """Each hop's confirmed heads in one question, a head confirmed for several hops counted
+    for the one where its ``t`` (what its link adds beyond the next link) is largest."""
+    best: dict[tuple[int, int], tuple[float, int]] = {}
+    for hop in hops:
+        for c in hop.get("candidates", []):
+            if c.get("carries"):
+                key = (c["layer"], c["head"])
+                if key not in best or c["t"] > best[key][0]:
+                    best[key] = (c["t"], hop["k"])
+    return {hop["k"]: [c for c in hop.get("candidates", []) if c.get("carries") and best[(c["layer"], c["head"])][1] == hop["k"]]
+            for hop in hops}
+
+
+def hop_layers(hops: Sequence[dict]) -> dict[int, int | None]:
+    """The layer of each hop's strongest own head (:func:`own_carriers`) in one question, or None."""
+    return {k: (max(cs, key=lambda c: c["act"])["layer"] if cs else None) for k, cs in own_carriers(hops).items()}
 
 
 def summarise(rows: Sequence[dict], cfg: CircuitConfig | dict, layers: int | None = None, heads: int | None = None) -> dict[str, Any]:
@@ -498,21 +514,20 @@ def summarise(rows: Sequence[dict], cfg: CircuitConfig | dict, layers: int | Non
         mean_t = [[sum(h["t"][l][j] for h in ms) / len(ms) for j in range(heads)] for l in range(layers)] if ms else []
         counts: dict[tuple[int, int], list[float]] = {}
         head_moves: dict[tuple[int, int], dict[str, int]] = {}
-        for h in ms:
-            for cnd in h.get("candidates", []):
-                if cnd.get("carries"):
-                    counts.setdefault((cnd["layer"], cnd["head"]), []).append(cnd["act"])
-                    mv = head_moves.setdefault((cnd["layer"], cnd["head"]), {})
-                    key = f"{cnd['src_role']} -> {cnd['dest_role']}"
-                    mv[key] = mv.get(key, 0) + 1
-        top_heads = sorted(counts.items(), key=lambda kv: (-len(kv[1]), -sum(kv[1])))
         moves: dict[str, int] = {}
-        for h in ms:
-            for cnd in h.get("candidates", []):
-                if cnd.get("carries"):
-                    key = f"{cnd['src_role']} -> {cnd['dest_role']}"
-                    moves[key] = moves.get(key, 0) + 1
-        lays = [hop_layer(h) for h in ms]
+        lays = []
+        for r in analysed:
+            own = own_carriers(r["hops"])
+            if not any(h["k"] == hk and h["measured"] for h in r["hops"]):
+                continue
+            lays.append(hop_layers(r["hops"])[hk])
+            for cnd in own[hk]:
+                counts.setdefault((cnd["layer"], cnd["head"]), []).append(cnd["act"])
+                mv = head_moves.setdefault((cnd["layer"], cnd["head"]), {})
+                key = f"{cnd['src_role']} -> {cnd['dest_role']}"
+                mv[key] = mv.get(key, 0) + 1
+                moves[key] = moves.get(key, 0) + 1
+        top_heads = sorted(counts.items(), key=lambda kv: (-len(kv[1]), -sum(kv[1])))
         hop_rows.append({
             "k": hk, "questions": len(hs), "measured": len(ms),
             "cf_follows": sum(h["cf_follows"] for h in hs),
@@ -527,7 +542,8 @@ def summarise(rows: Sequence[dict], cfg: CircuitConfig | dict, layers: int | Non
         })
     stacked = 0
     for r in measured:
-        lays = [hop_layer(h) for h in sorted(r["hops"], key=lambda h: h["k"])]
+        by_hop = hop_layers(r["hops"])
+        lays = [by_hop[k] for k in sorted(by_hop)]
         if all(x is not None for x in lays) and all(a < b for a, b in zip(lays, lays[1:])):
             stacked += 1
     mediation = {}
