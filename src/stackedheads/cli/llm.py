@@ -238,4 +238,4 @@ def llm_circuit_cmd(
     if summary["analysed"] == 0:
         console.print(f"INCONCLUSIVE: {model} answered none of the {summary['n']} questions correctly at D={depth}: "
                       "no circuit to look at (try a smaller --depth or a larger --n)")
-    console.print(f"results: {out / 'results.jsonl'}  summary: {out / 'summary.json'}  figures: {', '.join(summary.get('figures', [])[::2]) or 'none'}")
+    console.print(f"results: {out / 'results.jsonl'}  summary: {out / 'summary.json'}  figures: {', '.join(str(out / f) for f in summary.get('figures', [])[::2]) or 'none'}")

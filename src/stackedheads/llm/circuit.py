@@ -218,9 +218,13 @@ def _forward(lm, ids, attentions: bool = False):
     return lm.model(input_ids=ids, logits_to_keep=1, use_cache=False, **kwargs)
 
 
-def analyse_question(lm, question, cfg: CircuitConfig) -> dict[str, Any]:
+PATH_SETS = "own"  # path patching's sets: each hop's own heads (own_carriers); older records lack it
+
+
+def analyse_question(lm, question, cfg: CircuitConfig, previous: dict | None = None) -> dict[str, Any]:
     """One question's record (see the module's steps); only the clean pass where it is answered
-    wrongly."""
+    wrongly. ``previous``: a record of this question whose hops (attribution, confirmed heads)
+    are kept; only the groups and path patching are measured again."""
     torch = lm.torch
     from stackedheads.llm.bench import few_shot_examples
 
@@ -238,10 +242,11 @@ def analyse_question(lm, question, cfg: CircuitConfig) -> dict[str, Any]:
     L, H, dh = lm.n_layers, lm.n_heads, lm.head_dim
     rec: dict[str, Any] = {"index": question.index, "tokens": T, "answer": question.answer}
     hooks = _Heads(lm)
+    reuse = previous is not None and bool(previous.get("hops"))
     try:
-        hooks.mode = "grad"
-        with torch.enable_grad():
-            out = _forward(lm, ids, attentions=True)
+        hooks.mode = "cache" if reuse else "grad"
+        with torch.enable_grad() if not reuse else torch.no_grad():
+            out = _forward(lm, ids, attentions=not reuse)
             logits = out.logits[:, -1].float()
             pred = int(logits[0].argmax())
             rec["pred"] = lm_decode(by_id, pred)
@@ -250,10 +255,12 @@ def analyse_question(lm, question, cfg: CircuitConfig) -> dict[str, Any]:
             rec["margin"] = round(float(m_clean[0].detach()), ROUND)
             if not rec["correct"] and cfg.only_correct:
                 return rec
-            m_clean[0].backward()
-        grads = {l: hooks.saved[l].grad[0].detach() for l in range(L)}
+            if not reuse:
+                m_clean[0].backward()
+        if not reuse:
+            grads = {l: hooks.saved[l].grad[0].detach() for l in range(L)}
+            att = [a[0].detach() for a in out.attentions]  # (H, T, T) per layer
         clean = {l: hooks.saved[l][0].detach() for l in range(L)}
-        att = [a[0].detach() for a in out.attentions]  # (H, T, T) per layer
         del out
         hooks.mode, hooks.saved = "cache", {}
         D = question.depth
@@ -276,7 +283,7 @@ def analyse_question(lm, question, cfg: CircuitConfig) -> dict[str, Any]:
         m0 = float(m_clean[0].detach())
         hops = []
         s = {}
-        for k in range(1, D + 1):
+        for k in range(1, D + 1) if not reuse else ():
             drop = m0 - float(m_cf[k - 1])
             cf_pred = int(cf_logits[k - 1].argmax())
             hop = {"k": k, "cf_answer": cf_answers[k - 1], "cf_pred": lm_decode(by_id, cf_pred),
@@ -289,8 +296,10 @@ def analyse_question(lm, question, cfg: CircuitConfig) -> dict[str, Any]:
                 s[k] = eff.sum(1)  # (L, H)
                 hop["_eff"] = eff
             hops.append(hop)
+        if reuse:
+            hops = [dict(h) for h in previous["hops"]]
         # t_k: hop k's own heads (changing link k beyond what changing link k+1 does)
-        for hop in hops:
+        for hop in hops if not reuse else ():
             k = hop["k"]
             if not hop["measured"]:
                 continue
@@ -318,7 +327,7 @@ def analyse_question(lm, question, cfg: CircuitConfig) -> dict[str, Any]:
                     "attention_by_role": {r: round(v, ROUND) for r, v in sorted(mass.items(), key=lambda kv: -kv[1])[:4]},
                 })
         # activation patching of each candidate (one batch)
-        rows = [(hop["k"], c) for hop in hops if hop["measured"] for c in hop["candidates"]]
+        rows = [(hop["k"], c) for hop in hops if hop["measured"] for c in hop["candidates"]] if not reuse else []
         if rows:
             hooks.patches = {}
             for r, (k, c) in enumerate(rows):
@@ -332,7 +341,7 @@ def analyse_question(lm, question, cfg: CircuitConfig) -> dict[str, Any]:
                 c["act"] = round((m0 - float(m_p[r])) / drop, ROUND)
                 c["carries"] = c["act"] >= HEAD_MIN and c["t"] > 0
         # groups and path patching (one batch): each hop's heads together; hop k-1's with hop k's frozen
-        carriers = {hop["k"]: [c for c in hop.get("candidates", []) if c.get("carries")] for hop in hops}
+        carriers = own_carriers(hops)
         groups = []
         for k in range(1, D + 1):
             if carriers[k]:
@@ -365,6 +374,7 @@ def analyse_question(lm, question, cfg: CircuitConfig) -> dict[str, Any]:
         for hop in hops:
             hop.pop("_eff", None)
         rec["hops"] = hops
+        rec["path_sets"] = PATH_SETS
         return rec
     finally:
         hooks.close()
@@ -387,7 +397,8 @@ def lm_decode(by_id: dict[int, str], token: int) -> str:
 
 
 def load_rows(out: str | Path) -> list[dict[str, Any]]:
-    """The complete lines of ``results.jsonl`` (a torn last line, from a kill mid-write, is not one)."""
+    """The complete lines of ``results.jsonl`` (a torn last line, from a kill mid-write, is not
+    one), the last line of each question only (a record measured again replaces the earlier)."""
     path = Path(out) / RESULTS
     if not path.exists():
         return []
@@ -399,7 +410,7 @@ def load_rows(out: str | Path) -> list[dict[str, Any]]:
             continue
         if isinstance(row, dict) and isinstance(row.get("index"), int):
             rows.append(row)
-    return rows
+    return list({r["index"]: r for r in rows}.values())
 
 
 def _append(path: Path, row: dict) -> None:
@@ -444,13 +455,14 @@ def run_circuit(cfg: CircuitConfig, out: str | Path, lm=None, progress: Callable
             lm = (load or _default_load)(cfg.model)
         lm.prompt([("user", questions[0].prompt)])  # a prompt beyond the context: one line, before any work
         atomic_write_json(old_spec, spec)
-        done = {r["index"] for r in load_rows(out)}
+        latest = {r["index"]: r for r in load_rows(out)}  # a later line of a question replaces an earlier one
+        done = {i for i, r in latest.items() if not r.get("hops") or r.get("path_sets") == PATH_SETS}
         if progress:
             progress(len(done & set(range(cfg.n))), cfg.n)
         for q in questions:
             if q.index in done:
                 continue
-            _append(out / RESULTS, analyse_question(lm, q, cfg))
+            _append(out / RESULTS, analyse_question(lm, q, cfg, previous=latest.get(q.index)))
             done.add(q.index)
             if progress:
                 progress(len(done & set(range(cfg.n))), cfg.n)
@@ -458,7 +470,7 @@ def run_circuit(cfg: CircuitConfig, out: str | Path, lm=None, progress: Callable
         atomic_write_json(out / SUMMARY, summary)
         from stackedheads.llm.circuit_plots import plot_summary
 
-        summary["figures"] = plot_summary(summary, out)
+        summary["figures"] = [Path(p).name for p in plot_summary(summary, out)]  # beside summary.json
         atomic_write_json(out / SUMMARY, summary)
         return summary
 
