@@ -95,6 +95,7 @@ def judge(s: dict | None, depth: int) -> Claim:
         med = None if any(v is None for v in meds) else min(meds)
         per_hop = ", ".join(
             f"hop {k}: {s['mediation'][str(k)]['median']} over {s['mediation'][str(k)]['questions']} questions"
+            if s["mediation"][str(k)]["questions"] else f"hop {k}: not measured"
             for k in range(2, depth + 1)
         )
         found = (f"stacked (every hop carried, strongest heads in increasing layers) in {s['stacked']}/{m} = {share:.0%}; "

@@ -560,8 +560,11 @@ def summarise(rows: Sequence[dict], cfg: CircuitConfig | dict, layers: int | Non
             stacked += 1
     mediation = {}
     for hk in range(2, D + 1):
-        vals = [p["mediated"] for r in analysed for p in r.get("paths", []) if p["k"] == hk and p["mediated"] is not None]
-        mediation[str(hk)] = {"questions": len(vals), "median": _median(vals)}
+        # only records whose path patching froze each hop's own heads (PATH_SETS) measure mediation
+        vals = [p["mediated"] for r in analysed if r.get("path_sets") == PATH_SETS
+                for p in r.get("paths", []) if p["k"] == hk and p["mediated"] is not None]
+        mediation[str(hk)] = {"questions": len(vals), "median": _median(vals),
+                              "older_records": sum(r.get("path_sets") != PATH_SETS for r in analysed)}
     return {
         "config": c, "depth": D, "n": n, "correct": k, "accuracy": k / n if n else None, "ci95": [lo, hi],
         "chance": chance, "analysed": len(analysed), "all_hops_measured": len(measured), "stacked": stacked,

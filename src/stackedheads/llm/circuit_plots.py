@@ -64,12 +64,12 @@ def plot_path(summary: dict[str, Any], hops: list[dict], out: str | Path) -> lis
     for h in hops:
         colour = HOP_COLOURS[(h["k"] - 1) % len(HOP_COLOURS)]
         for cell in h["heads"][:4]:
-            lay = cell["layer"]
+            lay = cell["layer"] + 0.4 * (h["k"] - 1)  # a head in several hops' lists: one arrow per hop, apart
             src, dst = _head_move(h, cell)
             xs, xd = x.get(_column(src), 0), x.get(_column(dst), 0)
             ax.annotate("", xy=(xd, lay + 1), xytext=(xs, lay),
                         arrowprops=dict(arrowstyle="->", color=colour, lw=1 + 2 * min(cell["questions"], 10) / 10))
-            ax.text(xd, lay + 1.1, f"{lay}.{cell['head']}", fontsize=7, color=colour, ha="center")
+            ax.text(xd + 0.15 * h["k"], lay + 1.05, f"L{cell['layer']}H{cell['head']}", fontsize=7, color=colour, ha="left")
         ax.plot([], [], color=colour, label=f"hop {h['k']}")
     ax.set_xticks(range(len(cols)))
     ax.set_xticklabels(cols, rotation=60, fontsize=7)
