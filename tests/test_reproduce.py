@@ -121,7 +121,8 @@ def test_twin_seeds_runs_a_seed_as_the_demo_does(smoke, tmp_path):
     demo = json.loads((smoke / "circuits" / "done.json").read_text())
     assert got["final"] == demo["train"]["seeds"][str(seed)]["final_val_loss"]
     assert got["useful"] == demo["circuits"][str(seed)]["n_useful_heads"]
-    assert got["claims"] == {c.id: c.verdict for c in SECTIONS.get("sec8").evaluate(smoke)}
+    # A seed judged alone gives the verdict the demo, judged over its seeds, records for it.
+    assert got["claims"] == {c.id: c.seeds.get(str(seed), c.verdict) for c in SECTIONS.get("sec8").evaluate(smoke)}
     assert f"| {seed} (the demo's) | " in r.stdout and (tmp_path / "circuits.md").read_text() == r.stdout
     assert twin_seeds.verdicts(tmp_path, "emergence", cell, seed) is None  # not run: no row values
     bad = subprocess.run([sys.executable, str(script), "--out", str(tmp_path), "--cells", "float16-t2"],
@@ -498,3 +499,27 @@ def test_another_preset_or_dtype_is_refused_naming_what_differs(tmp_path, cli):
     assert code == 0, stderr  # an unset dtype is filled in...
     code, _, stderr = cli("reproduce", "--preset", "smoke", "--out", str(out), "--dtype", "bfloat16", *THEORY_ONLY)
     assert code == 2 and "of other settings (dtype: float32 there, bfloat16 asked)" in stderr, stderr  # ...never changed
+
+
+def test_sections_8_and_9_are_judged_over_the_twins_seeds_in_claims_and_report(smoke, cli):
+    """The twins train seeds 0..n-1 (no seed chosen): A2-A5 and E1-E4 say "k of n", and
+    `claims` and the report show each seed's verdicts beside the verdict over the seeds."""
+    from stackedheads.claims import seed_rows
+    from stackedheads import presets
+
+    seeds = presets.reproduce("smoke").circuits_seeds
+    found = claims.collect(smoke)
+    judged = [c for c in found if c.id[0] in "AE" and c.id[1:].isdigit() and c.verdict != "NOT RUN"]
+    assert {c.id for c in judged} >= {"A2", "A3", "A4", "A5", "E1", "E2", "E3", "E4"}
+    for c in judged:
+        assert set(c.seeds) == {str(s) for s in seeds}, c.id
+        assert f"of {len(seeds)} seeds" in c.measured, c.id
+    tables = {t["title"]: t for t in seed_rows(found)}
+    assert len(tables) == 2  # Sections 8 and 9
+    for t in tables.values():
+        assert [r[0] for r in t["rows"]] == [*map(str, seeds), f"over {len(seeds)} seeds"]
+    page = (smoke / "report" / "index.html").read_text()
+    for title in tables:
+        assert html.escape(title) in page
+    r = cli("claims", str(smoke))
+    assert r.code == 0 and "seed by seed" in r.out

@@ -250,7 +250,7 @@ def write_report(run_dir: str | Path, reference_root: Path | None = None) -> Pat
         "appendix_d": figs.glob(layout.timeline(emer), "seed*/path*.png", lambda p: f"Seed {_seed_of(p)}: {p.stem.split('_', 1)[1]}"),
     }
     claims = claims_mod.collect(run)
-    counts = Counter({v: 0 for v in claims_mod.VERDICTS})
+    counts = Counter({v: 0 for v in (*claims_mod.VERDICTS, claims_mod.DEPENDS)})
     counts.update(c.verdict for c in claims)
     circuit_tables = _circuit_tables(layout.discovered(circ))
     emergence_tables = _circuit_tables(layout.discovered(emer))
@@ -280,6 +280,7 @@ def write_report(run_dir: str | Path, reference_root: Path | None = None) -> Pat
         sections_by_id=dict(SECTIONS),
         claims=claims,
         counts=counts,
+        seed_tables=claims_mod.seed_rows(claims),
         prompts=[qs[0] for form in _prompt_forms(run) if (qs := _jsonl(run / "prompts" / f"{form}.jsonl"))],
         llm=llm,
         theory=_jsonl(run / "theory" / "theory.jsonl"),

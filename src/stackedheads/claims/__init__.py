@@ -106,6 +106,10 @@ def folder_claims(folder: str | Path) -> list[Claim]:
             from stackedheads.claims import sec4
 
             return sec4.llm_claims(read_json(comparison, sec4.LLM_RESULTS))
+    from stackedheads.claims import llm_circuit
+
+    if llm_circuit.is_circuit_folder(folder):  # an `llm-circuit` folder, or a folder of them (d1, d2, ...)
+        return llm_circuit.folder_claims(folder)
     config = read_json(folder / "config.json") if (folder / "config.json").exists() else None
     if isinstance(config, dict) and "preset" in config:
         return collect(folder)

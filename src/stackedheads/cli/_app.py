@@ -34,6 +34,7 @@ VERB_PANELS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         ("models", "the local models --model names; fetch one"),
         ("llm-bench", "a language model on the formulations (Fig. 2)"),
         ("llm-compare", "several llm-bench folders side by side"),
+        ("llm-circuit", "which heads carry each hop inside a language model (beyond)"),
     )),
     ("Maintainers: the published references", (
         ("publish", "keep a run's small files in results/"),

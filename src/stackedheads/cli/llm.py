@@ -201,3 +201,48 @@ def fetch_cmd(
             print(f"stackedheads: error: {e}", file=sys.stderr)
             raise typer.Exit(1)
         console.print(f"{spec.name}: {shown(path)}")
+
+
+@app.command("llm-circuit")
+def llm_circuit_cmd(
+    model: str = typer.Option(..., "--model", "-m", help="A name of `stackedheads models` (qwen2.5-coder-1.5b, qwen2.5-coder-0.5b, smollm2) or PATH.gguf of a Llama, Mistral, Qwen2 or Qwen3 model; loaded dequantized as a torch model, never downloaded."),
+    out: Path = typer.Option(..., "--out", "-o", parser=out_path, help="Run folder: one line per question in results.jsonl (re-running resumes), summary.json, hops.png/svg, path.png/svg."),
+    formulation: str = typer.Option("equations", "--formulation", "-f", help="A chain formulation: equations, lives-with or kingdoms."),
+    depth: int = typer.Option(2, "--depth", "-d", help="Hops D of the chain."),
+    n: int = typer.Option(10, "--n", help="Questions asked; only the correctly answered ones are analysed."),
+    seed: int = typer.Option(0, "--seed", help="Question stream (llm-bench's: the same seed asks the same questions)."),
+    chains: int = typer.Option(4, "--chains", "-c", help="Interleaved chains N."),
+    few_shot: int = typer.Option(0, "--few-shot", "-k", help="Solved examples before each question (longer prompts: slower)."),
+    top: int = typer.Option(3, "--top", help="Heads per hop confirmed by activation patching (ranked by attribution patching)."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's)."),
+) -> None:
+    """Which attention heads carry each hop of the chain inside a language model, and whether
+    they stack (hop k's heads after hop k-1's, its effect mediated by them): counterfactual
+    prompts, attribution and activation patching, path patching; claims LC1-LC3."""
+    from stackedheads.claims.llm_circuit import judge
+    from stackedheads.llm.circuit import CircuitConfig, run_circuit
+    from stackedheads.llm.torchlm import load_gguf
+    from stackedheads.perf import check_threads
+
+    check_threads(threads, "threads")
+    cfg = CircuitConfig(model, formulation, depth, n, seed, chains, few_shot, top)
+    bar, factory = progress_bar(f"llm-circuit {model} D={depth}")
+    with bar:
+        summary = run_circuit(cfg, out, progress=factory(f"llm-circuit {model} D={depth}"),
+                              load=lambda m: load_gguf(m, threads))
+    lo, hi = summary["ci95"]
+    table = Table(title=f"{model}, {formulation} D={depth}: accuracy {summary['correct']}/{summary['n']} "
+                        f"= {summary['accuracy']:.2f} (Wilson 95% [{lo:.2f}, {hi:.2f}], chance {summary['chance']:.2f})")
+    for col in ("hop", "carried", "layers", "heads (layer.head: questions, mean effect)", "commonest move"):
+        table.add_column(col)
+    for h in summary["hops"]:
+        heads = ", ".join(f"{c['layer']}.{c['head']}: {c['questions']}, {c['mean_act']:.2f}" for c in h["heads"][:4])
+        table.add_row(str(h["k"]), f"{h['present']}/{h['measured']}", str(h["layers"]), heads or "-", next(iter(h["moves"]), "-"))
+    Console().print(table)
+    claim = judge(summary, depth) if depth in (1, 2, 3) else None
+    if claim is not None:
+        console.print(f"{claim.id} {claim.verdict}: {claim.measured}")
+    if summary["analysed"] == 0:
+        console.print(f"INCONCLUSIVE: {model} answered none of the {summary['n']} questions correctly at D={depth}: "
+                      "no circuit to look at (try a smaller --depth or a larger --n)")
+    console.print(f"results: {out / 'results.jsonl'}  summary: {out / 'summary.json'}  figures: {', '.join(str(out / f) for f in summary.get('figures', [])[::2]) or 'none'}")
