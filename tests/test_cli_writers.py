@@ -76,7 +76,10 @@ def test_a_resumed_reproduce_keeps_the_dtype_its_stages_began_with(tmp_path):
     before = (out / "config.json").read_text()
     reproduce.reproduce(preset, out, dtype="float32", skip=every)  # no stage begun: the setting may be filled
     (out / "config.json").write_text(before)
-    (out / "theory").mkdir()  # a stage begun with the preset's dtype
+    (out / "theory").mkdir()  # a stage that trains nothing: no dtype to keep
+    reproduce.reproduce(preset, out, dtype="float32", skip=every)
+    (out / "config.json").write_text(before)
+    (out / "figure4").mkdir()  # a training stage begun with the preset's dtype
     with pytest.raises(UsageError, match="begun with the preset's dtype"):
         reproduce.reproduce(preset, out, dtype="bfloat16", skip=every)
     assert (out / "config.json").read_text() == before

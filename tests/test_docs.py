@@ -466,18 +466,23 @@ def claim_ids(text: str) -> set[str]:
             for i in range(int(m.group(2)), int(m.group(3) or m.group(2)) + 1)}
 
 
-def verdict_table(lines: list[str]) -> tuple[int, list[list[str]], int, int]:
-    """README's full table of claims: its header's line, its rows' cells, the claim and verdict
+def verdict_tables(lines: list[str]) -> list[tuple[int, list[list[str]], int, int]]:
+    """README's tables of claims (the sections' table, and the Sections 8-9 table `results-index`
+    writes from the published claims): each header's line, its rows' cells, the claim and verdict
     columns."""
-    header = next((i for i, s in enumerate(lines) if s.startswith("|") and "| verdict" in s), None)
-    assert header is not None, "README.md has no table with a 'verdict' column"
-    head = [c.strip() for c in lines[header].strip().strip("|").split("|")]
-    rows = []
-    for s in lines[header + 2:]:
-        if not s.startswith("|"):
-            break
-        rows.append([c.strip() for c in s.strip().strip("|").split("|")])
-    return header, rows, head.index("claim"), next(i for i, h in enumerate(head) if h.startswith("verdict"))
+    found = []
+    for header, line in enumerate(lines):
+        if not (line.startswith("|") and "| verdict" in line and "| claim |" in line):
+            continue
+        head = [c.strip() for c in line.strip().strip("|").split("|")]
+        rows = []
+        for s in lines[header + 2:]:
+            if not s.startswith("|"):
+                break
+            rows.append([c.strip() for c in s.strip().strip("|").split("|")])
+        found.append((header, rows, head.index("claim"), next(i for i, h in enumerate(head) if h.startswith("verdict"))))
+    assert found, "README.md has no table with a 'verdict' column"
+    return found
 
 
 def summary_kind(verdict_cell: str) -> str:
@@ -510,8 +515,9 @@ def test_the_readme_is_a_front_page():
     assert any("llama.cpp" in s and "minutes" in s for s in top), "the llama.cpp build's time is not on the first screen"
     assert any("docs/tutorial.ipynb" in s for s in top), "the tutorial is not linked in README.md's first screen"
     assert any("](#what-reproduces)" in s for s in top), "the verdicts in short do not link to the full table"
-    header, rows, _, _ = verdict_table(lines)
-    assert "robustness" in lines[header], "the sections' table has no 'robustness' column"
+    tables = verdict_tables(lines)
+    assert "robustness" in lines[tables[0][0]], "the sections' table has no 'robustness' column"
+    rows = [r for _, table_rows, _, _ in tables for r in table_rows]
     missing = [s for s in SECTIONS if not any(r[0].startswith(s) for r in rows)]
     assert not missing, f"the sections' table has no row for {missing}"
 
@@ -527,9 +533,8 @@ def test_the_verdicts_in_short_agree_with_the_full_table():
         for cid in claim_ids(rest):
             assert cid not in said, f"{cid} is named twice in the summary"
             said[cid] = SUMMARY[word]
-    _, rows, claim_col, verdict_col = verdict_table(lines)
-    want = {cid: summary_kind(r[verdict_col]) for r in rows if r[0].startswith("Sec.")
-            for cid in claim_ids(r[claim_col])}
+    want = {cid: summary_kind(r[verdict_col]) for _, rows, claim_col, verdict_col in verdict_tables(lines)
+            for r in rows if r[0].startswith("Sec.") for cid in claim_ids(r[claim_col].split(" ", 1)[0] if r[0] in ("Sec. 8", "Sec. 9") else r[claim_col])}
     assert want, "no claim ids in the full table"
     wrong = {cid: (said.get(cid), kind) for cid, kind in want.items() if said.get(cid) != kind}
     assert not wrong, f"the summary (said, the table's) differs: {wrong}"

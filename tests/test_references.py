@@ -179,7 +179,7 @@ def test_every_reference_is_named_by_its_place_and_titled_without_the_screens_le
         assert not re.search(r"\([a-k]\)", ref["title"]) and "Recipe screen" not in ref["title"], (path, ref["title"])
         assert "results/sec9-screen" not in ref["command"] + ref["notes"], path
     top = {p.split("/")[1] for p in tracked("results") if p.count("/") > 1}
-    assert top == {"depth", "sec4", "sec8", "sec9"}
+    assert top == {"depth", "llm-circuit", "sec4", "sec8", "sec9"}
 
 
 def test_every_published_timeline_summary_covers_the_seeds_beside_it():

@@ -513,7 +513,7 @@ def test_sections_8_and_9_are_judged_over_the_twins_seeds_in_claims_and_report(s
     assert {c.id for c in judged} >= {"A2", "A3", "A4", "A5", "E1", "E2", "E3", "E4"}
     for c in judged:
         assert set(c.seeds) == {str(s) for s in seeds}, c.id
-        assert f"of {len(seeds)} seeds" in c.measured, c.id
+        assert f" of {len(seeds)}" in c.measured.split(":")[0], c.id  # "PASS on 1 of 2 seeds; ..."
     tables = {t["title"]: t for t in seed_rows(found)}
     assert len(tables) == 2  # Sections 8 and 9
     for t in tables.values():

@@ -157,6 +157,12 @@ def test_cli(tmp_path, cli):
         assert code == 2 and one_error(err) and said in err, err
 
 
+def reference_record(files: list[str]) -> dict:
+    """A whole reference.json (as publish writes it) for the files of a test folder."""
+    return {"name": "sec9", "title": "Transformer D (test)", "command": "stackedheads reproduce", "commit": "0" * 40,
+            "machine": "test", "wall_s": 1.0, "date": "today", "files": files}
+
+
 def test_a_reference_shows_its_seeds(tmp_path):
     """The report's reference runs carry the per-seed table and the distribution (the claims
     above them combine the seeds)."""
@@ -164,7 +170,7 @@ def test_a_reference_shows_its_seeds(tmp_path):
 
     folder = emergence_folder(tmp_path / "sec9", [0.03, 0.05], [timeline(PAPER_SEEN, PAPER_SERVES, REDUNDANT), timeline(*OUT_OF_ORDER)])
     files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
-    (folder / references.REFERENCE_FILE).write_text(json.dumps({"name": "sec9", "files": files}))
+    (folder / references.REFERENCE_FILE).write_text(json.dumps(reference_record(files)))
     tables = references.load(folder)["tables"]
     by_seed, spread_ = tables
     assert by_seed["columns"][0] == "seed" and [r[0] for r in by_seed["rows"]] == ["0", "1"]
@@ -240,7 +246,7 @@ def test_a_reference_whose_seed_table_cannot_be_made_keeps_its_claims(tmp_path):
     _write(folder / "emergence" / "discovered" / "seed7" / "summary.json", found())
     _write(folder / "claims.json", [{"id": "E1", "section": "s", "paper": "p", "measured": "published", "verdict": PASS}])
     files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
-    (folder / references.REFERENCE_FILE).write_text(json.dumps({"name": "sec9", "files": files}))
+    (folder / references.REFERENCE_FILE).write_text(json.dumps(reference_record(files)))
     loaded = references.load(folder)
     assert "published" not in {c.measured for c in loaded["claims"]}
     # Re-judged: circuits of no trained seed leave E1-E3 NOT RUN, which the section omits; E4

@@ -336,6 +336,9 @@ def _unfinish_runs(stage: RunFolder) -> None:
             (run / "summary.json").unlink(missing_ok=True)
 
 
+# The stages that train: a device or dtype applies to them alone.
+TRAINING_STAGES = ("figure4", "circuits", "emergence")
+
 STAGES: dict[str, Callable[[ReproducePreset, Path, Context], dict]] = {
     "theory": stage_theory,
     "prompts": stage_prompts,
@@ -440,10 +443,10 @@ def _reproduce_locked(preset, folder: RunFolder, ctx: Context, choice, device, d
         if wrong:
             raise UsageError(f"{config_path} has the wrong shape ({', '.join(wrong)}): delete it and run again (finished stages are kept)")
         folder.require_same(old["preset"], config["preset"], "another preset")
-        started = [n for n in STAGES if (out / n).exists()]
+        started = [n for n in TRAINING_STAGES if (out / n).exists()]
         for key in ("llm", "device", "dtype"):
             # A skipped or earlier-finished stage may leave a value unset: fill it, never change it.
-            # Unset, the device and dtype are the preset's, which every stage begun already uses.
+            # Unset, the device and dtype are the preset's, which every training stage begun already uses.
             if old.get(key) is not None and config[key] is not None:
                 folder.require_same({key: old[key]}, {key: config[key]}, "other settings")
             elif key != "llm" and old.get(key) is None and config[key] is not None and started:

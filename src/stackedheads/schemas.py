@@ -170,7 +170,7 @@ class ReferenceFile(_Schema):
 class Reading(_Schema):
     reading: Text
     primary: bool
-    verdict: Literal["PASS", "FAIL", "INCONCLUSIVE", "NOT RUN"]
+    verdict: Literal["PASS", "FAIL", "INCONCLUSIVE", "NOT RUN", "DEPENDS ON READING"]
     measured: Text
     seeds: dict[str, Text]
 
@@ -182,8 +182,9 @@ class ClaimRecord(_Schema):
     id: Text
     paper: Text
     measured: Text
-    verdict: Literal["PASS", "FAIL", "INCONCLUSIVE", "NOT RUN"]
+    verdict: Literal["PASS", "FAIL", "INCONCLUSIVE", "NOT RUN", "DEPENDS ON READING"]
     readings: list[Reading] = []
+    seeds: dict[str, Text] = {}
 
 
 class ClaimsFile(_Schema):

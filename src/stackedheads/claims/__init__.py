@@ -50,13 +50,13 @@ from stackedheads.claims._core import (
     Section,
     claims_table,
     combine,
-    readings_table,
     seed_rows,
     seeds_table,
     expect,
     read_json,
     read_jsonl,
 )
+from stackedheads.claims.readings import readings_table
 from stackedheads.errors import UsageError
 from stackedheads.layout import STAGE_NAMES
 

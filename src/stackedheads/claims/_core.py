@@ -168,33 +168,6 @@ def claims_table(found: list[Claim], title: str = "the paper's claims"):
     return t
 
 
-def readings_table(found: list[Claim], only: list[str] | None = None):
-    """Per claim with readings, a rich table of its readings x seeds (``only``: these readings),
-    its caption saying whether the paper's words fix the primary reading, quoting them."""
-    from rich.table import Table
-
-    from stackedheads.claims.readings import READINGS
-
-    out = []
-    for c in found:
-        rows = [r for r in c.readings if not only or r.reading in only]
-        if not rows:
-            continue
-        seeds = sorted({s for r in rows for s in r.seeds}, key=lambda s: int(s) if s.isdigit() else s)
-        spec = READINGS.get(c.id)
-        caption = None if spec is None else (
-            f"primary {'fixed' if spec.fixed else 'not fixed'} by the paper's words: {spec.words}"
-            + ("" if spec.fixed else "; the claim leads with the robust verdict"))
-        t = Table(title=f"{c.id}: {c.verdict} ({lead_text(c)})", caption=caption)
-        for col in ("reading", "primary", "verdict", *(f"seed {s}" for s in seeds)):
-            t.add_column(col, no_wrap=col == "reading")
-        for r in rows:
-            t.add_row(r.reading, ("yes" if spec is None or spec.fixed else "yes, one among others") if r.primary else "",
-                      r.verdict, *(r.seeds.get(s, "-") for s in seeds))
-        out.append(t)
-    return out
-
-
 def seed_rows(found: list[Claim]) -> list[dict]:
     """Per section whose claims were judged over several seeds, a table ``{"title", "columns",
     "rows"}`` (the report's shape): a row a seed, a column a claim, each cell the verdict the

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from stackedheads.claims._core import DEPENDS, NOT_LEARNED, Claim, Judged, count_line, learned_only
+from stackedheads.claims._core import DEPENDS, NOT_LEARNED, Claim, Judged, count_line, lead_text, learned_only
 from stackedheads.errors import UsageError
 
 
@@ -121,3 +121,28 @@ def common(verdicts) -> str:
     """The verdict every reading gives, or DEPENDS ON READING."""
     found = set(verdicts)
     return found.pop() if len(found) == 1 else DEPENDS
+
+
+def readings_table(found: list[Claim], only: list[str] | None = None):
+    """Per claim with readings, a rich table of its readings x seeds (``only``: these readings),
+    its caption saying whether the paper's words fix the primary reading, quoting them."""
+    from rich.table import Table
+
+    out = []
+    for c in found:
+        rows = [r for r in c.readings if not only or r.reading in only]
+        if not rows:
+            continue
+        seeds = sorted({s for r in rows for s in r.seeds}, key=lambda s: int(s) if s.isdigit() else s)
+        spec = READINGS.get(c.id)
+        caption = None if spec is None else (
+            f"primary {'fixed' if spec.fixed else 'not fixed'} by the paper's words: {spec.words}"
+            + ("" if spec.fixed else "; the claim leads with the robust verdict"))
+        t = Table(title=f"{c.id}: {c.verdict} ({lead_text(c)})", caption=caption)
+        for col in ("reading", "primary", "verdict", *(f"seed {s}" for s in seeds)):
+            t.add_column(col, no_wrap=col == "reading")
+        for r in rows:
+            t.add_row(r.reading, ("yes" if spec is None or spec.fixed else "yes, one among others") if r.primary else "",
+                      r.verdict, *(r.seeds.get(s, "-") for s in seeds))
+        out.append(t)
+    return out

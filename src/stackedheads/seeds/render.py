@@ -68,8 +68,8 @@ def fit_tables(title: str, head: list[str], rows: list[list[str]], width: int):
     """``head`` and ``rows`` as rich tables that fit ``width`` columns with no number broken: one
     table if it fits, else the columns after the first cut into as many tables as needed, each
     repeating the first (its title says which part it is). Returns the tables."""
+    from rich.markup import escape  # cells as typed: a label such as "[/]" is text, not markup
     from rich.table import Table
-    from rich.text import Text  # cells as typed: a label such as "[/]" is text, not markup
 
     columns = [[h, *(r[i] for r in rows)] for i, h in enumerate(head)]
     parts: list[list[int]] = []
@@ -87,11 +87,11 @@ def fit_tables(title: str, head: list[str], rows: list[list[str]], width: int):
         widths = _column_widths([columns[k] for k in part], width - _overhead(len(part)))
         if widths is None:  # one column beside the first is wider than the terminal: its need, overflowing
             widths = [max(map(_need, columns[k])) for k in part]
-        t = Table(title=Text(title + (f" ({n} of {len(parts)})" if len(parts) > 1 else "")))
+        t = Table(title=escape(title + (f" ({n} of {len(parts)})" if len(parts) > 1 else "")))
         for k, w in zip(part, widths):
-            t.add_column(Text(head[k]), width=w, overflow="fold")
+            t.add_column(escape(head[k]), width=w, overflow="fold")
         for r in rows:
-            t.add_row(*(Text(r[k]) for k in part))
+            t.add_row(*(escape(r[k]) for k in part))
         tables.append(t)
     return tables
 
