@@ -292,12 +292,13 @@ def _link_run(source: Path, dest: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
 
     def link(src: str, dst: str) -> None:
-        try:
-            if not src.endswith(".safetensors"):
-                raise OSError
-            os.link(src, dst)
-        except OSError:
-            shutil.copy2(src, dst)
+        if src.endswith(".safetensors"):
+            try:
+                os.link(src, dst)
+                return
+            except OSError:  # another file system, or no hard links: a copy
+                pass
+        shutil.copy2(src, dst)
 
     shutil.copytree(source, tmp, copy_function=link, ignore=shutil.ignore_patterns(".*"))
     dest.parent.mkdir(parents=True, exist_ok=True)
