@@ -15,8 +15,9 @@ import time
 
 import torch
 
-from stackedheads.model import EnsembleTransformer, ModelConfig
-from stackedheads.perf import keep_freed_memory
+from stackedheads.model.config import ModelConfig
+from stackedheads.model.transformer import EnsembleTransformer
+from stackedheads.execution.process import keep_freed_memory
 from stackedheads.tasks.vectors import VectorTaskConfig, batch_indices, make_batch
 
 

@@ -3,7 +3,7 @@
 The paper trains 8 seeds per model size (Sec. 7.1). This benchmark does the same work two ways
 and reports model-steps per second (one model-step = one AdamW step of one model on one batch):
 
-* ``ensemble`` -- one :class:`~stackedheads.model.EnsembleTransformer` holding E = 8 seeds and
+* ``ensemble`` -- one :class:`~stackedheads.model.transformer.EnsembleTransformer` holding E = 8 seeds and
   one AdamW, stepped exactly as ``stackedheads.training`` does (per-member summed MSE); one
   ensemble step is E model-steps;
 * ``loop`` -- a nanoGPT-style implementation of the same model (``nn.Linear``, ``nn.LayerNorm``,
@@ -13,7 +13,7 @@ and reports model-steps per second (one model-step = one AdamW step of one model
 
 Both engines see the same pre-generated batches (``member_batches``, generated once up front),
 so only the model step is timed. Both engines run with the allocator setting that ``train``
-applies (``stackedheads.perf.keep_freed_memory``: without it, page faults on the activations
+applies (``stackedheads.execution.process.keep_freed_memory``: without it, page faults on the activations
 cost more than the arithmetic at paper sizes). Sizes: ``presets.QUICK`` (d_model 64, 4 heads,
 3 layers, batch 128, D=2, N=2, K=4 -> T=10) and ``presets.PAPER`` (d_model 128, 8 heads, 4 layers, batch 512,
 D=5, N=4, K=4 -> T=44); float32 and bfloat16 (``torch.autocast("cpu", dtype=torch.bfloat16)``
@@ -55,18 +55,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from stackedheads import presets
-from stackedheads.model import (
-    EnsembleTransformer,
-    ModelConfig,
-    count_parameters,
-    flops_per_step,
-)
-from stackedheads.perf import keep_freed_memory
+from stackedheads.model.config import ModelConfig
+from stackedheads.model.costs import count_parameters, flops_per_step
+from stackedheads.model.transformer import EnsembleTransformer
+from stackedheads.execution.process import keep_freed_memory
 from stackedheads.training import DTYPES, TrainConfig, member_batches
 
 N_MEMBERS = 8  # seeds per size in the paper (Sec. 7.1)
 PEAK_SIZE = 2048
-LN_EPS = 1e-5  # as in stackedheads.model
+LN_EPS = 1e-5  # as in stackedheads.model.transformer
 
 
 # ----------------------------------------------------------------------------- the loop model

@@ -23,7 +23,7 @@ Measurements:
    in the ensemble (``--seeds 1,2,4,8``; default the preset's), with the MFU against the
    variant's dtype's peak; for a compiled variant the evaluation compiled and eager, and the
    graphs dynamo compiled (the step's, the evaluation's: more means recompiles);
-3. ``roofline``: one eager step of the last variant op by op (``stackedheads.costs.OpTally``),
+3. ``roofline``: one eager step of the last variant op by op (``stackedheads.model.costs.OpTally``),
    FLOPs and bytes per operator family against the peak and the bandwidth: each family's floor
    ``max(FLOPs / peak, bytes / bandwidth)`` and how near its time comes to it;
 4. ``profile``: where a step's time goes by operator family (torch.profiler, self time; compiled
@@ -81,16 +81,29 @@ def parse_variant(name: str) -> dict:
 # --------------------------------------------------------------------------- worker side
 
 
+def _from_tree(name: str, *modules: str):
+    """``name`` from the first of ``modules`` this worker's tree has: a worker runs either this
+    tree or the base commit, whose modules may sit at other paths."""
+    import importlib
+
+    for module in modules:
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            continue
+    raise ImportError(f"{name} is in none of {modules}")
+
+
+
 def _setup(spec: dict):
     """The preset's config, model, optimizer, step and batches of whichever tree this worker
     imports: the tree's own step and compile where it has them (``training/step.py``)."""
     import torch
 
     from stackedheads import presets
-    from stackedheads.perf import keep_freed_memory
     from stackedheads.training import loop as t  # the names the loop trains with, in either tree
 
-    keep_freed_memory()
+    _from_tree("keep_freed_memory", "stackedheads.execution.process", "stackedheads.perf")()
     if spec.get("threads"):
         torch.set_num_threads(spec["threads"])
     cfg = presets.get(spec["size"])
@@ -117,7 +130,7 @@ def _setup(spec: dict):
         if hasattr(t, "member_mse"):
             member_mse, clip = t.member_mse, t.clip_grad_norm_per_member_
         else:
-            from stackedheads.model import clip_grad_norm_per_member_ as clip
+            from stackedheads.model import clip_grad_norm_per_member_ as clip  # that tree's path
             from stackedheads.training.evaluate import member_mse
 
         def step(b) -> None:
@@ -209,8 +222,7 @@ def _worker(spec: dict) -> dict:
         step(batches[2])
         out["graphs_after_more_steps"] = _graphs()  # the step's graph still serves after an evaluation
         out["eval_eager_s"] = _evaluate(t, model, val, cfg)
-    from stackedheads.model import flops_per_step
-
+    flops_per_step = _from_tree("flops_per_step", "stackedheads.model.costs", "stackedheads.model")
     flops = flops_per_step(cfg.model_config(), cfg.batch_size, cfg.task.seq_len, len(cfg.seeds))
     out["gflops"] = flops / per_step / 1e9
     return out
@@ -219,7 +231,7 @@ def _worker(spec: dict) -> dict:
 def _roofline(spec: dict) -> dict:
     """One eager step op by op: FLOPs, bytes and seconds per operator family (this tree's
     ``OpTally``; the step of the tree named in ``spec``)."""
-    from stackedheads.costs import OpTally
+    from stackedheads.model.costs import OpTally
 
     cfg, t, model, forward, dtype, caches, step = _setup({**spec, "compile": False})
     for i in range(2):
@@ -277,7 +289,8 @@ def _sweep(spec: dict) -> dict:
     from dataclasses import replace
 
     from stackedheads import presets
-    from stackedheads.executors import LocalExecutor
+
+    LocalExecutor = _from_tree("LocalExecutor", "stackedheads.execution.executors", "stackedheads.executors")
 
     steps = spec["steps"]
     s = presets.FIGURE4.get("quick")
@@ -297,7 +310,7 @@ def _sweep(spec: dict) -> dict:
 
 def run_worker(spec: dict, trees: dict[str, Path], busy: bool = False) -> dict:
     """One measurement in a fresh process on ``spec['tree']``'s source."""
-    from stackedheads.perf import openmp_env
+    from stackedheads.execution.process import openmp_env
 
     env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
     env.update(openmp_env())
@@ -404,7 +417,7 @@ def machine(spec: dict) -> dict:
 
     if spec.get("threads"):
         torch.set_num_threads(spec["threads"])
-    from stackedheads.perf import keep_freed_memory
+    from stackedheads.execution.process import keep_freed_memory
 
     keep_freed_memory()
     name, flags = cpu_model()
@@ -529,7 +542,7 @@ def _measure(args, variants: dict, sizes: tuple, seeds: list, peaks: dict, trees
         print(f"\nroofline: one eager step of new-{v['dtype']} op by op"
               f"{f' ({n} seeds)' if n else ''}, per step; floor = max(FLOPs / {v['dtype']} peak, bytes / bandwidth)")
         bw = result["machine"]["bandwidth_gbs"] * 1e9
-        from stackedheads.costs import roofline
+        from stackedheads.model.costs import roofline
 
         for size in sizes:
             rows = run_worker({"kind": "roofline", "size": size, "seeds": n, "threads": args.threads,

@@ -24,9 +24,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from stackedheads import presets
-from stackedheads.provenance import machine
-from stackedheads.sweep import cross_threshold
-from stackedheads.storage import read_state_json
+from stackedheads.state.provenance import machine
+from stackedheads.sweeps.figure4 import cross_threshold
+from stackedheads.state.write import read_state_json
 from stackedheads.training import TrainConfig, read_metrics, train
 
 LEARNED = 0.2  # a twin's seed is usable when every final partial loss is <= this x the 1 - 1/N plateau

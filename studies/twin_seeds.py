@@ -34,8 +34,8 @@ from pathlib import Path
 
 from stackedheads import presets, reproduce
 from stackedheads.claims import SECTIONS
-from stackedheads.provenance import machine
-from stackedheads.storage import RunFolder, read_state_json
+from stackedheads.state.provenance import machine
+from stackedheads.state.write import RunFolder, read_state_json
 
 CELLS = [("float32", 1), ("float32", 2), ("bfloat16", 1), ("bfloat16", 2)]
 # twin -> (the section its claims are in, the preset's seeds field, the stage that runs it)

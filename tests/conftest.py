@@ -12,7 +12,7 @@ import pytest
 
 # Under pytest-xdist (`make test`: two workers) each worker and what it starts trains on one
 # thread: two workers of two libgomp threads each oversubscribe a 2-core machine, where a
-# thread then spins waiting for a partner that has no core (stackedheads/perf.py). Set before
+# thread then spins waiting for a partner that has no core (stackedheads/execution/process.py). Set before
 # any test module imports torch, which reads it once.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -89,7 +89,7 @@ def held():
     def hold(folder: Path):
         code = textwrap.dedent(f"""
             import sys, time
-            from stackedheads.storage import FolderLock
+            from stackedheads.state.write import FolderLock
             with FolderLock({str(folder)!r}):
                 print("held", flush=True)
                 sys.stdin.read()
@@ -128,7 +128,7 @@ def copy_run(src: Path, dst: Path) -> Path:
 def pieces(tmp_path_factory):
     """Transformer D's smoke twin trained as two pieces (seed 0; seed 1) and as one ensemble."""
     from stackedheads import presets
-    from stackedheads.layout import EMERGENCE_RUN
+    from stackedheads.state.layout import EMERGENCE_RUN
     from stackedheads.training import train
 
     root = tmp_path_factory.mktemp("pieces")
@@ -147,13 +147,15 @@ def kinds(tmp_path_factory):
     ``deep``) and their llm comparison (``comparison``). Tests that change one copy it first."""
     from helpers import DepthModel, bench_depth_model
 
-    from stackedheads import depth, presets, sweep
+    from stackedheads import presets
+    from stackedheads.sweeps import depth
+    from stackedheads.sweeps import figure4
     from stackedheads.claims import beyond, sec7
     from stackedheads.llm import compare
     from stackedheads.training import train
 
     root = tmp_path_factory.mktemp("kinds")
-    sweep.run_figure4(presets.figure4("smoke"), root / "figure4")
+    figure4.run_figure4(presets.figure4("smoke"), root / "figure4")
     sec7.write_claims(root / "figure4")
     result = depth.run_depth(presets.depth("smoke"), root / "depth")
     beyond.write_claims(root / "depth", result.rows)

@@ -243,7 +243,7 @@ def screen_folder(root, falls: dict[int, list[int | None]], final: float | dict[
     import csv
 
     from stackedheads import presets
-    from stackedheads.layout import EMERGENCE_RUN
+    from stackedheads.state.layout import EMERGENCE_RUN
 
     finals = final if isinstance(final, dict) else dict.fromkeys(falls, final)
     ontos = onto if isinstance(onto, dict) else dict.fromkeys(falls, onto)
@@ -267,9 +267,9 @@ def screen_folder(root, falls: dict[int, list[int | None]], final: float | dict[
 
 
 def publisher(results, **defaults):
-    """``publish(run, **options)``: :func:`stackedheads.publish_piece.publish_piece` with these
+    """``publish(run, **options)``: :func:`stackedheads.publishing.piece.publish_piece` with these
     defaults, returning the reference it wrote."""
-    from stackedheads.publish_piece import Piece, publish_piece
+    from stackedheads.publishing.piece import Piece, publish_piece
 
     base = dict(stage="emergence", commit="7e32fd7", results=results) | defaults
 
@@ -330,10 +330,10 @@ K1, K1B, K2, K3, K4 = "L13.0 s0->s2", "L20.0 s0->s2", "L21.0 s0->s4", "L22.0 s0-
 
 
 def timeline(seen, serves, groups=(), depth=4, drops=(100, 200, 300, 400)):
-    """A timeline.json as :func:`stackedheads.emergence.timeline` writes it, from the first
+    """A timeline.json as :func:`stackedheads.emergence.timeline.timeline` writes it, from the first
     checkpoint at which each path is at or above 0.5 (checkpoints every 80 steps)."""
-    from stackedheads.emergence import position_emergence, position_order
-    from stackedheads.ordering import order_of
+    from stackedheads.emergence.timeline import position_emergence, position_order
+    from stackedheads.emergence.ordering import order_of
 
     emerged = {k: (None if v is None else v - 40.0) for k, v in seen.items()}
     positions = position_emergence(emerged, seen, serves, [list(g) for g in groups], depth)
@@ -437,7 +437,8 @@ import torch  # noqa: E402
 
 from stackedheads.circuits import rules as _rules  # noqa: E402
 from stackedheads.circuits.ablate import Circuit, HeadSpec, pattern_hooks, replaced_patterns  # noqa: E402
-from stackedheads.model import EnsembleTransformer, ModelConfig  # noqa: E402
+from stackedheads.model.config import ModelConfig
+from stackedheads.model.transformer import EnsembleTransformer  # noqa: E402
 from stackedheads.tasks.vectors import VectorTaskConfig, batch_indices, make_batch  # noqa: E402
 
 U = _rules.UNIFORM

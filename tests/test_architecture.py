@@ -107,3 +107,14 @@ def test_the_public_api_is_lazy_and_complete() -> None:
     assert out == "True True True True True True TrainConfig EnsembleTransformer True"
     r = subprocess.run([sys.executable, "-c", "import stackedheads; stackedheads.nope"], capture_output=True, text=True, check=False)
     assert r.returncode == 1 and "AttributeError" in r.stderr and "nope" in r.stderr
+
+
+def test_the_package_root_shows_the_pipeline() -> None:
+    """At most 20 modules at the root, and no two names for one job (docs/architecture.md)."""
+    root = SRC / PACKAGE
+    modules = sorted(p.stem for p in root.glob("*.py"))
+    assert len(modules) <= 20, modules
+    names = {p.stem for p in root.rglob("*.py")} | {p.name for p in root.rglob("*") if p.is_dir()}
+    for one, other in (("checks", "validators"), ("statefiles", "storage")):
+        assert not {one, other} <= names, (one, other)
+    assert not (root / "claims" / "circuits.py").exists()  # a module named like the circuits/ package

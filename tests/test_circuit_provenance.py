@@ -33,7 +33,7 @@ def test_emergence_refuses_the_circuit_of_another_run(ckpt_run, tmp_path, cli, i
 
 def test_a_circuit_of_this_run_moved_elsewhere_is_accepted(ckpt_run, tmp_path):
     from stackedheads.circuits.ablate import Circuit
-    from stackedheads.emergence import check_circuit_run
+    from stackedheads.emergence.timeline import check_circuit_run
 
     moved = Circuit.from_dict(_circuit({"run": f"/gone/elsewhere/{ckpt_run.name}", "seed": 0}))
     check_circuit_run(moved, tmp_path / "circuit.json", ckpt_run, 0)
@@ -65,7 +65,7 @@ def test_circuits_name_their_run_by_its_absolute_path_whatever_the_current_folde
 
 def test_a_relative_run_recorded_before_is_compared_by_name_not_resolved_here(ckpt_run, tmp_path, monkeypatch):
     from stackedheads.circuits.ablate import Circuit
-    from stackedheads.emergence import check_circuit_run
+    from stackedheads.emergence.timeline import check_circuit_run
     from stackedheads.errors import UsageError
 
     other = copy_run(ckpt_run, tmp_path / "elsewhere")  # a folder named like the recorded path, here

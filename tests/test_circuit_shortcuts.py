@@ -342,7 +342,7 @@ def test_emergence_claims_mark_shortcut_paths(tmp_path):
     import json
 
     from stackedheads.claims import FAIL, sec9
-    from stackedheads.emergence import position_emergence, position_order
+    from stackedheads.emergence.timeline import position_emergence, position_order
 
     seen = {"L3.0 s0->p7": 400, "L5.0 s0->s4": 800}
     serves = {"L3.0 s0->p7": [1, 2], "L5.0 s0->s4": [2]}
@@ -368,8 +368,8 @@ def test_the_report_shows_the_diagnosis(tmp_path):
     import html
     import json
 
-    from stackedheads.layout import CIRCUITS_RUN
-    from stackedheads.report import write_report
+    from stackedheads.state.layout import CIRCUITS_RUN
+    from stackedheads.report.html import write_report
 
     run = tmp_path / "run"
     found = run / "circuits" / "discovered" / "seed0"

@@ -30,7 +30,8 @@ from stackedheads.circuits.discover import (
 )
 from stackedheads.claims import sec8
 from stackedheads.errors import UsageError
-from stackedheads.model import EnsembleTransformer, ModelConfig
+from stackedheads.model.config import ModelConfig
+from stackedheads.model.transformer import EnsembleTransformer
 from stackedheads.tasks.vectors import VectorTaskConfig, make_batch
 
 U, KEPT = rules.UNIFORM, rules.KEPT

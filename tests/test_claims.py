@@ -24,9 +24,10 @@ from helpers import (  # noqa: F401
 )
 from helpers import claims_train as train
 
-from stackedheads import claims, presets, sweep
+from stackedheads import claims, presets
+from stackedheads.sweeps import figure4
 from stackedheads.claims import FAIL, INCONCLUSIVE, NOT_RUN, PASS, sec7, sec8, sec9
-from stackedheads.ordering import order_of
+from stackedheads.emergence.ordering import order_of
 
 # --- Section 7 ------------------------------------------------------------------------------------
 
@@ -347,7 +348,7 @@ def _pieces_with_known_falls(tmp_path, falls: dict[int, tuple]) -> Path:
     from stackedheads.training import train as train_run
 
     cfg = presets.SEC9_SMOKE.override(steps=10, ckpt_every=10, eval_every=10, keep_checkpoints=False)
-    below = sweep.cross_threshold(cfg.task.chains) / 2
+    below = figure4.cross_threshold(cfg.task.chains) / 2
     runs = tmp_path / "emergence" / "runs"
     for i, (seed, steps) in enumerate(falls.items()):
         run = runs / ("transformer-D" if i == 0 else f"transformer-D-{seed}")
@@ -373,7 +374,7 @@ def test_e4_of_pieces_without_circuits_reads_each_seeds_own_metrics(tmp_path, cl
     """E4 from metrics.csv over a run in pieces: each seed's falls from its own piece (the
     unfinished piece's rows, which repeat seed 0's, are not counted), the same verdict in
     `claims` and in the `seeds` table, and a damaged metrics.csv is one line."""
-    from stackedheads.seeds import section_seeds
+    from stackedheads.recipe_screen import section_seeds
 
     folder = _pieces_with_known_falls(tmp_path, {0: (200, 500), 1: (600, 300), 2: (400, None)})
     e4 = {c.id: c for c in claims.folder_claims(folder)}["E4"]
@@ -422,7 +423,7 @@ def test_section9_positions_and_evidence(tmp_path):
 @pytest.mark.slow
 def test_claims_command_on_a_sweep_folder(tmp_path, cli):
     out = tmp_path / "fig4"
-    sweep.run_figure4(presets.figure4("smoke"), out)
+    figure4.run_figure4(presets.figure4("smoke"), out)
     sec7.write_claims(out)
     r = cli("claims", out, "--json")
     assert r.code == 0, r.err
@@ -441,8 +442,8 @@ def test_claims_command_on_stage_folders_laid_out_by_hand(tmp_path, cli):
     reproduce's stage layout is judged like a reproduce folder: Section 8 from its files, the
     stages it lacks NOT RUN."""
     from stackedheads.claims import NOT_RUN, sec8
-    from stackedheads.layout import CIRCUITS_RUN
-    from stackedheads.stages import stage_from_files
+    from stackedheads.state.layout import CIRCUITS_RUN
+    from stackedheads.claims.stage_files import stage_from_files
 
     stage = tmp_path / "circuits"
     run = stage / "runs" / CIRCUITS_RUN
@@ -481,7 +482,7 @@ def test_the_report_shows_budgets_groups_and_the_timeline(tmp_path):
     moments (plateau, each x_j's emergence, the partial-loss drops) in steps and epochs."""
     import html
 
-    from stackedheads.report import write_report
+    from stackedheads.report.html import write_report
 
     run = tmp_path / "run"
     (run / "emergence" / "timeline" / "seed0").mkdir(parents=True)
@@ -522,7 +523,7 @@ def test_sweep_spec_layers_never_become_paths(tmp_path):
 
     spec = presets.figure4("smoke").to_dict()
     spec["layers"] = ["../../escape"]
-    (tmp_path / "sweep.json").write_text(json.dumps(spec))
+    (tmp_path / "figure4.json").write_text(json.dumps(spec))
     with pytest.raises(UsageError, match="expected an integer"):
         sec7.folder_claims(tmp_path)
 
@@ -572,7 +573,7 @@ def test_a_bug_in_a_claim_is_a_traceback_and_a_damaged_timeline_one_line(tmp_pat
         SECTIONS.unregister("buggy")
     (tmp_path / "seed0").mkdir()
     (tmp_path / "seed0" / "timeline.json").write_text('{"steps": [0, 20]}')
-    from stackedheads.stages import read_timeline
+    from stackedheads.claims.stage_files import read_timeline
 
     with pytest.raises(UsageError, match=r"timeline.json has the wrong shape \(epochs is missing\): delete .*done.json"):
         read_timeline(tmp_path / "seed0" / "timeline.json", tmp_path)

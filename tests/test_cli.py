@@ -116,7 +116,7 @@ import errno  # noqa: E402
 import torch  # noqa: E402
 from helpers import SECRET, one_error  # noqa: E402
 
-from stackedheads import storage  # noqa: E402
+from stackedheads.state import write  # noqa: E402
 from stackedheads.errors import register_secret  # noqa: E402
 
 
@@ -148,7 +148,7 @@ def test_write_failures_are_one_line(tmp_path, monkeypatch, err, code, cli):
     def fail(path, data):
         raise OSError(err, __import__("os").strerror(err), str(path))
 
-    monkeypatch.setattr(storage, "atomic_write_bytes", fail)
+    monkeypatch.setattr(write, "atomic_write_bytes", fail)
     got, _, stderr = cli("prompts", "-f", "equations", "--out", str(tmp_path / "q.jsonl"))
     assert got == code and "Traceback" not in stderr and one_error(stderr)
     assert "q.jsonl" in stderr
@@ -176,7 +176,7 @@ def test_library_errors_name_fields_and_the_cli_writes_their_flags():
     its flag (one mapping, cli._app.flag), and a worker process passes the fields on."""
     from stackedheads.cli._app import flag, flag_text
     from stackedheads.errors import UsageError
-    from stackedheads.executors import _worker_error
+    from stackedheads.execution.executors import _worker_error
 
     e = UsageError("out: 'n_threads' must be >= 1; choose another 'out'", fields=("n_threads", "out"))
     assert flag_text(e) == "out: --threads must be >= 1; choose another --out"  # the bare word (a path) is left

@@ -111,7 +111,7 @@ def test_recipes_that_set_one_field_to_two_values_are_refused(recipe, says):
 
 def test_an_empty_table_is_not_intact(tmp_path):
     """A 0-byte prompts/kingdoms.jsonl passed its stage's done marker and was never rebuilt."""
-    from stackedheads.storage import RunFolder, intact
+    from stackedheads.state.write import RunFolder, intact
 
     for name in ("kingdoms.jsonl", "summary.json", "rows.csv"):
         (tmp_path / name).write_text("")

@@ -8,10 +8,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from stackedheads import depth, theory
+from stackedheads import theory
+from stackedheads.sweeps import depth
 from stackedheads.claims import FAIL, INCONCLUSIVE, NOT_RUN, PASS, Claim
 from stackedheads.errors import UsageError
-from stackedheads.sweep import cross_threshold, crossing_steps
+from stackedheads.sweeps.figure4 import cross_threshold, crossing_steps
 from stackedheads.claims import beyond
 from stackedheads import presets
 
@@ -107,7 +108,7 @@ def test_second_run_retrains_nothing(smoke, monkeypatch):
     def no_training(*a, **k):
         raise AssertionError("a finished job was trained again")
 
-    monkeypatch.setattr("stackedheads.executors.train", no_training)
+    monkeypatch.setattr("stackedheads.execution.executors.train", no_training)
     result = depth.run_depth(presets.depth("smoke"), out)
     assert result.trained == 0
     assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("*") if p.is_file()} == stamps
@@ -145,7 +146,7 @@ def test_a_grid_written_before_an_unset_setting_existed_still_resumes(tmp_path):
     ({"x": 1}, {"x": {"b": None}}, False),  # a value became a section
 ])
 def test_settings_compare_an_unset_new_setting_as_absent(tmp_path, old, new, same):
-    from stackedheads.storage import RunFolder
+    from stackedheads.state.write import RunFolder
 
     folder = RunFolder(tmp_path, "depth sweep")
     if same:
@@ -358,7 +359,7 @@ def test_figure_on_synthetic_rows(tmp_path):
 
 @pytest.mark.slow
 def test_publish_keeps_small_files_and_the_report_shows_them(smoke, tmp_path, cli):
-    from stackedheads.report import write_report
+    from stackedheads.report.html import write_report
 
     out, _ = smoke
     results = tmp_path / "results"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import reproduce_folder
 
-from stackedheads import storage
+from stackedheads.state import write
 
 
 # --- 43.5, 44.9, 44.12: damaged figures and tables, the report's images ----------------------------
@@ -26,7 +26,7 @@ def _figure_folder(folder: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from stackedheads.plots import save_figure
+    from stackedheads.report.plots import save_figure
 
     folder.mkdir(parents=True)
     fig, ax = plt.subplots()
@@ -41,7 +41,7 @@ def _figure_folder(folder: Path) -> Path:
                                           ("summary.csv", b"\xff\xfe\x00garbage"), ("summary.csv", b"a,b\n1\n2,3,4\n"),
                                           ("summary.csv", b"")])
 def test_a_done_marker_does_not_vouch_for_a_damaged_figure_or_table(tmp_path, name, damage):
-    stage = storage.RunFolder(_figure_folder(tmp_path / "stage"))
+    stage = write.RunFolder(_figure_folder(tmp_path / "stage"))
     stage.mark_done({"wall_s": 1.0})
     assert stage.done("a stage") == {"wall_s": 1.0}
     (stage.path / name).write_bytes(damage)
@@ -57,7 +57,7 @@ def test_the_report_copies_images_atomically(tmp_path):
     limit = (run / "theory" / "theory.png").stat().st_size // 2
     code = f"""
 import resource, signal
-from stackedheads.report import write_report
+from stackedheads.report.html import write_report
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))
 try:
@@ -79,7 +79,7 @@ def _whole(path: Path) -> bool:
 
 
 def test_report_image_names_of_references_never_collide(tmp_path):
-    from stackedheads.report import write_report
+    from stackedheads.report.html import write_report
 
     src = _figure_folder(tmp_path / "fig")
     root = tmp_path / "results"
@@ -97,7 +97,7 @@ def test_report_image_names_of_references_never_collide(tmp_path):
 
 
 def test_the_report_leaves_out_a_damaged_figure(tmp_path):
-    from stackedheads.report import write_report
+    from stackedheads.report.html import write_report
 
     run = reproduce_folder(tmp_path)
     (run / "figure4").mkdir()

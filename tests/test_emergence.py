@@ -6,7 +6,7 @@ import pytest
 from conftest import is_figure
 
 from stackedheads import presets
-from stackedheads.emergence import (
+from stackedheads.emergence.timeline import (
     first_crossing,
     first_seen,
     position_emergence,
@@ -114,7 +114,7 @@ def test_timeline_figures_lay_out_without_a_warning(tmp_path, n_paths):
     path included (its summary is tall enough for its labels)."""
     import warnings
 
-    from stackedheads.emergence import Timeline, plot_timeline
+    from stackedheads.emergence.timeline import Timeline, plot_timeline
 
     cfg = presets.SEC9_SMOKE
     paths = [(2, 0, 3, 1), (1, 0, 2, 1)][:n_paths]
@@ -142,12 +142,12 @@ def test_a_run_config_whose_model_is_no_object_is_one_line(tmp_path, cli):
 
 from helpers import one_error, train_config  # noqa: E402
 
-from stackedheads import storage  # noqa: E402
+from stackedheads.state import write  # noqa: E402
 from stackedheads.errors import UsageError  # noqa: E402
 
 
 def test_emergence_folder_locked(tmp_path, held):
-    from stackedheads.emergence import emergence_run
+    from stackedheads.emergence.timeline import emergence_run
 
     run = tmp_path / "run"
     run.mkdir()
@@ -158,7 +158,7 @@ def test_emergence_folder_locked(tmp_path, held):
 
 
 def test_emergence_seeds_from_config_never_become_paths(tmp_path):
-    from stackedheads.emergence import emergence_run
+    from stackedheads.emergence.timeline import emergence_run
 
     run = tmp_path / "run"
     run.mkdir()
@@ -167,8 +167,8 @@ def test_emergence_seeds_from_config_never_become_paths(tmp_path):
         emergence_run(run, tmp_path / "out", n_seqs=4)
     assert not (tmp_path / "out").exists() and not (tmp_path.parent / "escape").exists()
     with pytest.raises(UsageError):
-        storage.safe_component("../x", "a name")
-    assert storage.safe_component("seed3", "a name") == "seed3"
+        write.safe_component("../x", "a name")
+    assert write.safe_component("seed3", "a name") == "seed3"
 
 
 @pytest.mark.parametrize("seqs", ["0", "-120"])
@@ -205,7 +205,7 @@ def _timeline_file(folder, seed, order, cfg, steps=(0, 80, 160)):
 def test_the_timeline_summary_covers_every_piece_timed_into_the_folder(tmp_path):
     """A result trained in pieces times each piece into one folder: the summary
     counts the seeds already there as well as the new ones, and refuses another epoch axis."""
-    from stackedheads.emergence import timeline_summary
+    from stackedheads.emergence.timeline import timeline_summary
     from stackedheads.errors import UsageError
 
     cfg = presets.SEC9_SMOKE

@@ -11,9 +11,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from stackedheads import perf, presets, sweep
+from stackedheads import presets
+from stackedheads.execution import process
+from stackedheads.sweeps import figure4
 from stackedheads.errors import UsageError
-from stackedheads.executors import Job, LocalExecutor, SMALL_JOB_FLOPS, _job_flops
+from stackedheads.execution.executors import Job, LocalExecutor, SMALL_JOB_FLOPS, _job_flops
 
 
 @pytest.mark.slow
@@ -24,8 +26,8 @@ def test_worker_processes_give_the_same_bytes_as_one_process(tmp_path):
     def bars(job):
         return lambda done, total: seen.setdefault(job.name, []).append(done)
 
-    one = sweep.run_figure4(spec, tmp_path / "one", LocalExecutor(workers=1, threads=1))
-    two = sweep.run_figure4(spec, tmp_path / "two", LocalExecutor(bars, workers=2, threads=1))
+    one = figure4.run_figure4(spec, tmp_path / "one", LocalExecutor(workers=1, threads=1))
+    two = figure4.run_figure4(spec, tmp_path / "two", LocalExecutor(bars, workers=2, threads=1))
     assert one == two
     assert (tmp_path / "one" / "summary.csv").read_bytes() == (tmp_path / "two" / "summary.csv").read_bytes()
     # Progress came back from the workers, ending at each job's last step.
@@ -42,7 +44,7 @@ def test_a_job_error_in_a_worker_is_one_usage_error(tmp_path):
 
 
 def test_plan_runs_small_jobs_here_and_large_ones_one_per_core(monkeypatch):
-    monkeypatch.setattr("stackedheads.executors.available_cores", lambda: 2)
+    monkeypatch.setattr("stackedheads.execution.executors.available_cores", lambda: 2)
     small = presets.figure4("smoke").jobs()
     large = presets.figure4("quick").jobs()
     assert max(_job_flops(j) for j in small) < SMALL_JOB_FLOPS < min(_job_flops(j) for j in large)
@@ -58,14 +60,14 @@ def test_plan_runs_small_jobs_here_and_large_ones_one_per_core(monkeypatch):
 
 def test_thread_defaults(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    assert perf.default_threads("cpu", 16) == 16
-    assert perf.default_threads("cuda", 16) == perf.GPU_HOST_THREADS
-    assert perf.default_threads("cuda", 2) == 2
+    assert process.default_threads("cpu", 16) == 16
+    assert process.default_threads("cuda", 16) == process.GPU_HOST_THREADS
+    assert process.default_threads("cuda", 2) == 2
     before = torch.get_num_threads()
     try:
-        assert perf.apply_threads(1) == 1 and torch.get_num_threads() == 1
+        assert process.apply_threads(1) == 1 and torch.get_num_threads() == 1
         monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the user's choice wins over the default
-        assert perf.apply_threads(None) == 1
+        assert process.apply_threads(None) == 1
     finally:
         torch.set_num_threads(before)
 
@@ -73,9 +75,9 @@ def test_thread_defaults(monkeypatch):
 def test_openmp_env_respects_the_users_policy(monkeypatch):
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
-    assert perf.openmp_env(3) == {"GOMP_SPINCOUNT": perf.SPINCOUNT, "OMP_NUM_THREADS": "3"}
+    assert process.openmp_env(3) == {"GOMP_SPINCOUNT": process.SPINCOUNT, "OMP_NUM_THREADS": "3"}
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
-    assert perf.openmp_env() == {}
+    assert process.openmp_env() == {}
     assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
 
 
@@ -97,14 +99,14 @@ def test_cli_sets_the_spin_policy_before_torch_loads(tmp_path):
     """)
     r = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "run")], env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines()[0] == f"AT TORCH {perf.SPINCOUNT}"
+    assert r.stdout.splitlines()[0] == f"AT TORCH {process.SPINCOUNT}"
 
 
 # --- A job's run folder locked by another process
 
 def test_sweep_job_in_a_locked_run_folder_logs_no_attempt(tmp_path, held):
     from stackedheads import presets
-    from stackedheads.executors import Job, run_dir, run_job
+    from stackedheads.execution.executors import Job, run_dir, run_job
 
     job = Job("ic-D2-L1", "ic", presets.get("smoke"))
     held(run_dir(tmp_path, job))
@@ -115,10 +117,10 @@ def test_sweep_job_in_a_locked_run_folder_logs_no_attempt(tmp_path, held):
 
 def test_library_calls_leave_the_callers_process_as_they_found_it(tmp_path, monkeypatch):
     """run_job and train set no process-wide state: the job trains at its own thread count and
-    the caller's comes back; the allocator is the CLI's and the workers' (perf.configure_process)."""
-    from stackedheads.executors import Job, run_job
+    the caller's comes back; the allocator is the CLI's and the workers' (process.configure_process)."""
+    from stackedheads.execution.executors import Job, run_job
 
-    monkeypatch.setattr(perf, "keep_freed_memory", lambda: pytest.fail("a library call changed the allocator"))
+    monkeypatch.setattr(process, "keep_freed_memory", lambda: pytest.fail("a library call changed the allocator"))
     before = torch.get_num_threads()
     other = 2 if before == 1 else 1
     job = Job("ic-D2-L1", "ic", presets.get("smoke").override(steps=20, ckpt_every=10))
@@ -129,9 +131,9 @@ def test_library_calls_leave_the_callers_process_as_they_found_it(tmp_path, monk
 
 def test_configure_process_sets_the_allocator_and_the_threads(monkeypatch):
     calls = []
-    monkeypatch.setattr(perf, "keep_freed_memory", lambda: calls.append("malloc") or True)
+    monkeypatch.setattr(process, "keep_freed_memory", lambda: calls.append("malloc") or True)
     before = torch.get_num_threads()
     try:
-        assert perf.configure_process(1) == 1 and torch.get_num_threads() == 1 and calls == ["malloc"]
+        assert process.configure_process(1) == 1 and torch.get_num_threads() == 1 and calls == ["malloc"]
     finally:
         torch.set_num_threads(before)

@@ -33,7 +33,8 @@ from stackedheads.interop import (  # noqa: E402
     to_transformer_lens,
     write_run,
 )
-from stackedheads.model import EnsembleTransformer, ModelConfig  # noqa: E402
+from stackedheads.model.config import ModelConfig
+from stackedheads.model.transformer import EnsembleTransformer  # noqa: E402
 from stackedheads.tasks.vectors import make_batch  # noqa: E402
 from stackedheads.training import checkpoint_for, load_model, train, validation_batch  # noqa: E402
 
@@ -326,7 +327,7 @@ def test_an_edited_model_is_judged_by_circuit_validate(trained, tmp_path, cli):
 
 def presets_run(tmp_path: Path) -> Path:
     """A run folder of another shape (the smoke preset: 2 layers), config only."""
-    from stackedheads.storage import atomic_write_json
+    from stackedheads.state.write import atomic_write_json
 
     folder = tmp_path / "smoke-run"
     folder.mkdir()

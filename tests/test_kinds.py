@@ -12,7 +12,8 @@ import pytest
 from conftest import copy_run
 from helpers import refused, reproduce_folder
 
-from stackedheads import origins, storage
+from stackedheads.state import origins
+from stackedheads.state import write
 from stackedheads.errors import UsageError
 
 
@@ -81,11 +82,11 @@ def test_analysis_outputs_are_kinds(tmp_path, marker, kind):
     path = tmp_path / marker
     path.parent.mkdir(parents=True, exist_ok=True)
     path.mkdir() if "." not in marker else path.write_text("{}")
-    assert storage.folder_kinds(tmp_path) == {kind}
+    assert write.folder_kinds(tmp_path) == {kind}
     with pytest.raises(UsageError, match=kind):
-        storage.RunFolder(tmp_path, "training run").check()
-    storage.RunFolder(tmp_path, kind).check()  # its own writer resumes it
-    storage.RunFolder(tmp_path).check()  # and so does a library writer that names no kind
+        write.RunFolder(tmp_path, "training run").check()
+    write.RunFolder(tmp_path, kind).check()  # its own writer resumes it
+    write.RunFolder(tmp_path).check()  # and so does a library writer that names no kind
 
 
 def test_theory_resumes_its_own_folder(cli, tmp_path):

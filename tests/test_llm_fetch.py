@@ -132,7 +132,7 @@ def test_cli_fetch_error_is_one_line(tmp_path, monkeypatch, cli):
 def test_a_busy_cache_is_one_line_without_out(tmp_path, monkeypatch, cli):
     """`models fetch` while another process holds its cache names the cache, not "--out" (it
     has none)."""
-    from stackedheads.storage import FolderLock
+    from stackedheads.state.write import FolderLock
 
     monkeypatch.setenv("STACKEDHEADS_CACHE", str(tmp_path))
     with FolderLock(F.cache_dir(), "another fetch"):

@@ -1,4 +1,4 @@
-"""Tests for stackedheads.model: shapes, attention paths, hooks, ensembles, config, FLOPs."""
+"""Tests for stackedheads.model.transformer: shapes, attention paths, hooks, ensembles, config, FLOPs."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from stackedheads import costs
+from stackedheads.model.transformer import costs
 from stackedheads.errors import UsageError
-from stackedheads.gradclip import clip_grad_norm_per_member_
-from stackedheads.costs import count_parameters, flops_per_step
-from stackedheads.model import EnsembleTransformer, ModelConfig, broadcast_pattern
+from stackedheads.training.gradclip import clip_grad_norm_per_member_
+from stackedheads.model.costs import count_parameters, flops_per_step
+from stackedheads.model.config import ModelConfig
+from stackedheads.model.transformer import EnsembleTransformer, broadcast_pattern
 
 # Tiny shapes: N=2 queries, T=10, K=3 -> d_in 6, D=2 -> d_out 6 (IC).
 TINY = ModelConfig(d_in=6, d_out=6, n_queries=2, n_layers=2, n_heads=4, d_model=32)
@@ -360,7 +361,7 @@ def test_layer_norm_folded_into_the_linear_matches_torch(members: int) -> None:
     """``LayerNorm.linear``: the gain and bias folded into the next linear give the values and
     gradients (input, gain, bias, weight, bias of the linear) of torch's own LayerNorm followed
     by the linear, member by member; ``forward`` gives the normalised activations themselves."""
-    from stackedheads.model import LayerNorm
+    from stackedheads.model.transformer import LayerNorm
 
     gen = torch.Generator().manual_seed(0)
     d, d_out = 64, 24
@@ -392,7 +393,7 @@ def test_layer_norm_folded_into_the_linear_matches_torch(members: int) -> None:
 
 @pytest.mark.parametrize("width_in", [16, 256])  # the bias in the matmul (narrow input) or added after
 def test_residual_linear_is_resid_plus_affine(width_in: int) -> None:
-    from stackedheads.model import residual_linear
+    from stackedheads.model.transformer import residual_linear
 
     gen = torch.Generator().manual_seed(1)
     E, d = 2, 64
@@ -414,7 +415,7 @@ def test_cpu_low_precision_attention_matches_fused_attention(queries: int | None
     """The CPU's bfloat16 attention (float32 scores with the mask as an additive bias): the
     values and the gradients of q, k and v of float64 SDPA within bfloat16's rounding, and in
     float32 within float32's; masked keys get no weight."""
-    from stackedheads.model import _attention, _explicit_attention
+    from stackedheads.model.transformer import _attention, _explicit_attention
 
     gen = torch.Generator().manual_seed(3)
     B, H, T, dh = 6, 2, 9, 8

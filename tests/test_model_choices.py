@@ -12,7 +12,8 @@ from helpers import one_error
 
 from stackedheads import presets
 from stackedheads.errors import UsageError
-from stackedheads.model import INIT_STD, EnsembleTransformer, ModelConfig
+from stackedheads.model.config import ModelConfig
+from stackedheads.model.transformer import INIT_STD, EnsembleTransformer
 from stackedheads.training import train
 from stackedheads.training.optim import make_optimizer
 

@@ -12,7 +12,8 @@ import threading
 import pytest
 from helpers import one_error, refused
 
-from stackedheads import presets, storage
+from stackedheads import presets
+from stackedheads.state import write
 from stackedheads.errors import UsageError
 
 PUBLISH = ("--title", "t", "--command", "c", "--commit", "0123abc")
@@ -56,7 +57,7 @@ def test_an_atomic_write_refuses_a_fifo_and_writes_through_dev_null(cli, tmp_pat
     assert stat.S_ISFIFO(fifo.lstat().st_mode)  # left as it was, not replaced by a regular file
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]  # no temp file left
     with pytest.raises(UsageError, match="FIFO"):
-        storage.atomic_write_json(fifo, {})
+        write.atomic_write_json(fifo, {})
     r = cli("prompts", "-f", "equations", "--out", os.devnull)  # the one device written through
     assert r.code == 0, r.err
     assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
@@ -70,7 +71,7 @@ def test_an_atomic_write_refuses_a_symbolic_link(cli, tmp_path):
     refused(cli("prompts", "-f", "equations", "--out", link), "symbolic link")
     assert link.is_symlink() and target.read_text() == "mine\n"
     with pytest.raises(UsageError, match="symbolic link"):
-        storage.atomic_write_json(link, {})
+        write.atomic_write_json(link, {})
 
 # --- 43.11: a refused input leaves no lock and no folder ------------------------------------------
 
@@ -92,14 +93,14 @@ def test_a_full_disk_names_the_file_being_written(tmp_path, monkeypatch, cli):
     import errno
     import os as os_mod
 
-    from stackedheads import storage
+    from stackedheads.state import write
 
     def full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os_mod, "fsync", full)
     with pytest.raises(OSError) as e:
-        storage.atomic_write_bytes(tmp_path / "state.json", b"{}")
+        write.atomic_write_bytes(tmp_path / "state.json", b"{}")
     assert e.value.filename == str(tmp_path / "state.json") and e.value.errno == errno.ENOSPC
     assert not list(tmp_path.iterdir())  # no temp file left behind
     r = cli("prompts", "-f", "equations", "--n", "1", "--out", tmp_path / "q.jsonl")

@@ -7,16 +7,16 @@ import json
 import pytest
 from helpers import one_error
 
-from stackedheads import seeds
+from stackedheads import recipe_screen
 from stackedheads.errors import UsageError
-from stackedheads.layout import EMERGENCE_RUN
+from stackedheads.state.layout import EMERGENCE_RUN
 from stackedheads.training import train
 
 
 def test_pieces_read_as_one_run(pieces):
     root, cfg = pieces
-    (split,) = seeds.collect_seeds([root / "split"])
-    (whole,) = seeds.collect_seeds([root / "whole"])
+    (split,) = recipe_screen.collect_seeds([root / "split"])
+    (whole,) = recipe_screen.collect_seeds([root / "whole"])
     assert [r.seed for r in split.rows] == ["0", "1"] == [r.seed for r in whole.rows]
     for a, b in zip(split.rows, whole.rows):
         # The same models: an ensemble's member is the model of its seed alone (to rounding).
@@ -34,20 +34,20 @@ def test_pieces_of_other_settings_or_one_seed_twice_are_refused(pieces, tmp_path
     shutil.copytree(root / "split", folder)
     train(cfg.override(seeds=(2,), lr=2e-3), folder / "emergence" / "runs" / f"{EMERGENCE_RUN}-lr")
     with pytest.raises(UsageError, match=r"not pieces of one result: their settings differ \(optim.lr: 0.001 and 0.002\)"):
-        seeds.collect_seeds([folder])
+        recipe_screen.collect_seeds([folder])
     r = cli("claims", folder)
     assert r.code == 2 and one_error(r.err) and "optim.lr" in r.err
     shutil.rmtree(folder / "emergence" / "runs" / f"{EMERGENCE_RUN}-lr")
     shutil.copytree(folder / "emergence" / "runs" / f"{EMERGENCE_RUN}-seed1", folder / "emergence" / "runs" / f"{EMERGENCE_RUN}-again")
     with pytest.raises(UsageError, match="both hold seed 1"):
-        seeds.collect_seeds([folder])
+        recipe_screen.collect_seeds([folder])
     # A piece still training (no summary.json) holds no seed of the result: named, not counted.
     shutil.rmtree(folder / "emergence" / "runs" / f"{EMERGENCE_RUN}-again")
     train(cfg.override(seeds=(1,)), folder / "emergence" / "runs" / f"{EMERGENCE_RUN}-again", stop_after=10)
-    (run,) = seeds.collect_seeds([folder])
+    (run,) = recipe_screen.collect_seeds([folder])
     assert [r.seed for r in run.rows] == ["0", "1"] and run.unfinished == [f"{EMERGENCE_RUN}-again"]
-    assert any("not counted: transformer-D-again" in line for line in seeds.distribution_lines(run))
-    split = seeds.collect_seeds([root / "split"])[0]
+    assert any("not counted: transformer-D-again" in line for line in recipe_screen.distribution_lines(run))
+    split = recipe_screen.collect_seeds([root / "split"])[0]
     assert [r.loss_drops for r in run.rows] == [r.loss_drops for r in split.rows]
     # How a piece ran (threads, compile, device) is not a setting: those combine.
     shutil.rmtree(folder / "emergence" / "runs" / f"{EMERGENCE_RUN}-again")
@@ -55,11 +55,11 @@ def test_pieces_of_other_settings_or_one_seed_twice_are_refused(pieces, tmp_path
     s = json.loads(summary.read_text())
     s["config"]["threads"], s["config"]["compile"] = 2, True
     summary.write_text(json.dumps(s))
-    assert len(seeds.collect_seeds([folder])[0].rows) == 2
+    assert len(recipe_screen.collect_seeds([folder])[0].rows) == 2
 
 
 def test_a_result_in_pieces_publishes_into_a_group_the_report_reads(pieces, tmp_path, cli):
-    from stackedheads import references
+    from stackedheads.publishing import references
 
     root, _ = pieces
     commit = "7e32fd7"  # any commit's spelling: publish records it, it does not check out
@@ -70,7 +70,7 @@ def test_a_result_in_pieces_publishes_into_a_group_the_report_reads(pieces, tmp_
     assert r.code == 0, r.err
     published = results / "sec9" / "dtype-float32"
     assert {p.parent.name for p in published.glob("emergence/runs/*/summary.json")} == {EMERGENCE_RUN, f"{EMERGENCE_RUN}-seed1"}
-    (before,), (after,) = seeds.collect_seeds([root / "split"]), seeds.collect_seeds([published])
+    (before,), (after,) = recipe_screen.collect_seeds([root / "split"]), recipe_screen.collect_seeds([published])
     assert [(r.seed, r.final_val_loss, r.loss_drops) for r in before.rows] == [(r.seed, r.final_val_loss, r.loss_drops) for r in after.rows]
     assert [ref["name"] for ref in references.load_all(results)] == ["dtype-float32"]
 
@@ -87,7 +87,7 @@ def test_a_result_from_pieces_on_two_devices_names_both(pieces, tmp_path):
         d = json.loads((piece / name).read_text())
         (d["config"] if name == "summary.json" else d)["device"] = "cuda"
         (piece / name).write_text(json.dumps(d))
-    (run,) = seeds.collect_seeds([tmp_path / "split"])
+    (run,) = recipe_screen.collect_seeds([tmp_path / "split"])
     assert run.recipe["device"] == "cpu+cuda" and [r.seed for r in run.rows] == ["0", "1"]
-    (alone,) = seeds.collect_seeds([root / "split"])
+    (alone,) = recipe_screen.collect_seeds([root / "split"])
     assert alone.recipe["device"] == "cpu"

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import is_figure
 
-from stackedheads import plots
+from stackedheads.report.html import plots
 
 
 def a_figure():

@@ -1,7 +1,7 @@
 import json
 import subprocess
 
-from stackedheads.provenance import SEGMENTS_FILE, git_commit, git_dirty, machine, read_segments, record_segment
+from stackedheads.state.provenance import SEGMENTS_FILE, git_commit, git_dirty, machine, read_segments, record_segment
 
 
 def test_machine_names_cpu_cores_and_os():

@@ -48,7 +48,7 @@ def test_publishing_a_name_again_replaces_it_as_a_whole(cli, kinds, tmp_path):
 def test_a_reference_names_the_machines_its_run_trained_on(cli, kinds, tmp_path):
     """A run resumed on a lent GPU and published from a CPU: reference.json's machine is where the
     steps ran (segments.jsonl), each machine once, not the machine that copied the files."""
-    from stackedheads.provenance import SEGMENTS_FILE, machine, read_segments
+    from stackedheads.state.provenance import SEGMENTS_FILE, machine, read_segments
 
     run = tmp_path / "train"
     shutil.copytree(kinds / "train", run)
@@ -83,14 +83,14 @@ def test_publish_keeps_what_claims_judges_for_every_kind(cli, kinds, tmp_path, k
     assert claims_json(cli, tmp_path / "res" / "t1") == before
     if kind == "figure4":  # the figure4 kind: C0 FAIL, C1-C3 INCONCLUSIVE, never NOT RUN
         assert before[1] and all(v != "NOT RUN" for v, _ in before[1].values())
-        from stackedheads import references
+        from stackedheads.publishing import references
 
         loaded = references.load(tmp_path / "res" / "t1")
         assert {c.id: c.verdict for c in loaded["claims"]} == {k: v for k, (v, _) in before[1].items()}
 
 
 def test_publish_refuses_a_copy_that_would_judge_otherwise(cli, kinds, tmp_path, monkeypatch):
-    from stackedheads import references
+    from stackedheads.publishing import references
 
     monkeypatch.setitem(references._NEEDS, "figure4 sweep", ())  # a publish that keeps none of the files its claims read
     refused(cli("publish", kinds / "figure4", "--name", "t1", *PUBLISH, "--results", tmp_path / "res"), "--include")

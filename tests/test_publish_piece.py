@@ -10,9 +10,10 @@ import shutil
 import pytest
 from helpers import one_error, publisher
 
-from stackedheads import presets, seeds
+from stackedheads import presets
+from stackedheads import recipe_screen
 from stackedheads.errors import UsageError
-from stackedheads.layout import EMERGENCE_RUN
+from stackedheads.state.layout import EMERGENCE_RUN
 from stackedheads.training import train
 
 
@@ -41,10 +42,10 @@ def test_a_nested_name_publishes_under_its_section_with_the_stage_it_holds(cli, 
     assert r.code == 0, r.err
     ref = json.loads((results / "sec9" / "gpt2" / "reference.json").read_text())
     assert ref["name"] == "sec9/gpt2" and ref["commit"] == "7e32fd7"
-    assert "stackedheads seeds R --markdown --label gpt2 > R/seeds.md" in ref["command"]
+    assert "stackedheads seeds R --markdown --label gpt2 > R/recipe_screen.md" in ref["command"]
     assert (results / "sec9" / "gpt2" / "emergence" / "runs" / "transformer-D" / "metrics.csv").is_file()
     assert "[sec9/gpt2](sec9/gpt2/)" in (results / "README.md").read_text()
-    assert (results / "sec9" / "gpt2" / "seeds.md").read_text().startswith("### gpt2 (sec9;")
+    assert (results / "sec9" / "gpt2" / "recipe_screen.md").read_text().startswith("### gpt2 (sec9;")
 
 
 @pytest.mark.parametrize("name", ["../x", "sec9/../x", "/etc/x", "sec9//x", ".x"])
@@ -132,7 +133,7 @@ def test_publish_piece_publishes_pieces_and_recomputes_what_they_share(pieces, t
     root, _ = pieces
     runs = root / "split" / "emergence" / "runs"
     results = tmp_path / "results"
-    from stackedheads import publish_piece as sp
+    from stackedheads.publishing import piece as sp
 
     publish = publisher(results, name="pieces-a")
 
@@ -176,7 +177,7 @@ def test_publish_piece_publishes_pieces_and_recomputes_what_they_share(pieces, t
         sp.discovery(em)
     assert {p.parent.name for p in (results / "pieces-a").glob("emergence/runs/*/summary.json")} == {
         EMERGENCE_RUN, f"{EMERGENCE_RUN}-s1"}
-    (run,) = seeds.collect_seeds([results / "pieces-a"])
+    (run,) = recipe_screen.collect_seeds([results / "pieces-a"])
     assert [r.seed for r in run.rows] == ["0", "1"]
     with pytest.raises(UsageError, match="holds some of seeds"):
         publish(root / "whole" / "emergence" / "runs" / EMERGENCE_RUN)
@@ -211,7 +212,7 @@ def test_publish_piece_publishes_pieces_and_recomputes_what_they_share(pieces, t
     ("Seeds 99999999999-2 to come.", set(range(10)), "Seeds 99999999999-2 to come."),
 ])
 def test_a_clause_saying_seeds_are_to_come_goes_once_they_are_published(notes, published, left):
-    from stackedheads.publish_piece import without_seeds_to_come
+    from stackedheads.publishing.piece import without_seeds_to_come
 
     assert without_seeds_to_come(notes, published) == left
 
@@ -221,7 +222,7 @@ def test_publish_piece_lays_sec8_pieces_out_as_results_sec8_with_maps(tmp_path, 
     as results/sec8/gpt2 is laid out (circuits/runs/transformers-A-C[-s1], discovered/, maps/) and judged
     on A1-A5 as one result; a timeline (Sec. 9's) is refused there, and a Sec. 8 piece beside a
     Sec. 9 result."""
-    from stackedheads.layout import CIRCUITS_RUN
+    from stackedheads.state.layout import CIRCUITS_RUN
 
     cfg = presets.get("sec8-smoke", "paper-curriculum").override(steps=20, ckpt_every=10, eval_every=5, final_window=4, threads=1)
     runs = {s: tmp_path / f"run{s}" for s in (0, 1)}
@@ -250,7 +251,7 @@ def test_publish_piece_lays_sec8_pieces_out_as_results_sec8_with_maps(tmp_path, 
     claims = {c["id"]: c for c in json.loads((dest / "claims.json").read_text()) if c["id"].startswith("A")}
     assert set(claims) == {"A1", "A2", "A3", "A4", "A5"}
     assert claims["A1"]["measured"].startswith("seed 0: ") and "seed 1" not in claims["A1"]["measured"]
-    (run,) = seeds.collect_seeds([dest])
+    (run,) = recipe_screen.collect_seeds([dest])
     assert [r.seed for r in run.rows] == ["0", "1"]
     # a Sec. 9 result takes no Sec. 8 piece
     (results / "sec9-like" / "emergence").mkdir(parents=True)

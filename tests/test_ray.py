@@ -9,10 +9,11 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from stackedheads import presets, sweep  # noqa: E402
+from stackedheads import presets
+from stackedheads.sweeps import figure4  # noqa: E402
 from stackedheads.claims import sec7  # noqa: E402
 from stackedheads.errors import UsageError  # noqa: E402
-from stackedheads.executors import LocalExecutor, RayExecutor, make_executor  # noqa: E402
+from stackedheads.execution.executors import LocalExecutor, RayExecutor, make_executor  # noqa: E402
 
 pytestmark = pytest.mark.slow  # real subprocesses, servers or whole pipelines: `make test-fast` skips them
 
@@ -33,14 +34,14 @@ def read(path):
 def local_smoke(tmp_path_factory):
     """The smoke Figure 4 sweep in this process, once: what every executor must reproduce."""
     out = tmp_path_factory.mktemp("local") / "local"
-    rows = sweep.run_figure4(presets.figure4("smoke"), out, LocalExecutor())
+    rows = figure4.run_figure4(presets.figure4("smoke"), out, LocalExecutor())
     sec7.write_claims(out)
     return out, rows
 
 
 def test_ray_sweep_is_identical_to_local(cluster, local_smoke, tmp_path):
     local, local_rows = local_smoke
-    ray_rows = sweep.run_figure4(presets.figure4("smoke"), tmp_path / "ray", cluster)
+    ray_rows = figure4.run_figure4(presets.figure4("smoke"), tmp_path / "ray", cluster)
     assert ray_rows == local_rows
     sec7.write_claims(tmp_path / "ray")
     assert read(tmp_path / "ray" / "summary.csv") == read(local / "summary.csv")
@@ -62,7 +63,7 @@ def _stall_first_attempt(run_job, victim: str, fifo):
         import threading
         from pathlib import Path
 
-        from stackedheads import executors
+        from stackedheads.execution import executors
         from stackedheads.training import checkpoints
 
         if job.name == victim and not (executors.run_dir(Path(out), job) / "attempts.jsonl").exists():
@@ -80,10 +81,10 @@ def _stall_first_attempt(run_job, victim: str, fifo):
 
 
 def test_killed_worker_is_retried_and_resumes(cluster, tmp_path, monkeypatch):
-    from stackedheads import executors
+    from stackedheads.execution import executors
 
     base = presets.SMOKE.override(steps=100, ckpt_every=25, eval_every=25)
-    spec = sweep.Figure4Spec("kill-test", base, 2, 2, (2,), (0, 1))
+    spec = figure4.Figure4Spec("kill-test", base, 2, 2, (2,), (0, 1))
     victim = tmp_path / "ray" / "runs" / spec.jobs()[0].name
     fifo = tmp_path / "stalled"
     os.mkfifo(fifo)
@@ -99,14 +100,14 @@ def test_killed_worker_is_retried_and_resumes(cluster, tmp_path, monkeypatch):
     watcher.start()
     with monkeypatch.context() as m:
         m.setattr(executors, "run_job", _stall_first_attempt(executors.run_job, victim.name, fifo))
-        sweep.run_figure4(spec, tmp_path / "ray", cluster)
+        figure4.run_figure4(spec, tmp_path / "ray", cluster)
     watcher.join()
     assert "pid" in killed, "the job finished before its worker could be killed"
     lines = (victim / "attempts.jsonl").read_text().splitlines()
     assert len(lines) == 2, lines
     assert f'"pid": {killed["pid"]},' in lines[0]
     assert '"resumed_from": 0' in lines[0] and '"resumed_from": 0' not in lines[1]
-    sweep.run_figure4(spec, tmp_path / "local", LocalExecutor())
+    figure4.run_figure4(spec, tmp_path / "local", LocalExecutor())
     assert read(tmp_path / "ray" / "summary.csv") == read(tmp_path / "local" / "summary.csv")
 
 
@@ -139,7 +140,7 @@ from helpers import refused_port  # noqa: E402
 
 def test_unreachable_ray_address_fails_fast(capsys):
     pytest.importorskip("ray")
-    from stackedheads.executors import RayExecutor
+    from stackedheads.execution.executors import RayExecutor
 
     with refused_port() as port, pytest.raises(UsageError, match="cannot reach the Ray cluster at 127.0.0.1"):
         RayExecutor(f"127.0.0.1:{port}")

@@ -242,8 +242,8 @@ def _final(t: dict, key: str) -> float:
 
 
 def _published_e3(reading: str, retrieval_only: bool):
-    from stackedheads.claims.circuits import learned
-    from stackedheads.stages import stage_from_files
+    from stackedheads.claims.judging import learned
+    from stackedheads.claims.stage_files import stage_from_files
 
     counted, recomputed = [], []
     for summary in sorted((ROOT / "results").glob("**/emergence/timeline/summary.json")):
@@ -312,7 +312,7 @@ def test_a_seed_without_its_timeline_is_inconclusive_under_every_reading_and_say
 def test_every_published_claims_file_is_the_claims_judged_now():
     """Every reference's claims.json holds what `claims` gives from its files today, every
     reading's verdict and the robustness included: a published verdict never goes stale."""
-    from stackedheads import references
+    from stackedheads.publishing import references
 
     folders = [f for f in references.reference_folders(ROOT / "results") if (f / "claims.json").exists()]
     assert len(folders) >= 20

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from stackedheads import presets
 from stackedheads.errors import UsageError
-from stackedheads.model import EnsembleTransformer, clip_grad_norm_per_member_
-from stackedheads.storage import FolderLock
+from stackedheads.model.transformer import EnsembleTransformer
+from stackedheads.training.gradclip import clip_grad_norm_per_member_
+from stackedheads.state.write import FolderLock
 from stackedheads.tasks.vectors import VectorTaskConfig, make_batch, position_codes
 from stackedheads.training import (
     TrainConfig,

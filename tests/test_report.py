@@ -1,4 +1,4 @@
-"""The report command (stackedheads.report): capped answers, its lock, and damaged stage files
+"""The report command (stackedheads.report.html): capped answers, its lock, and damaged stage files
 that it names in one line. Claims and report on the same damage: tests/test_claims.py."""
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ import pytest
 from browser import chromium, full_page_screenshot, missing
 
 from stackedheads import claims, theory
-from stackedheads.report import write_report
-from stackedheads.layout import CIRCUITS_RUN, STAGE_NAMES
+from stackedheads.report.html import write_report
+from stackedheads.state.layout import CIRCUITS_RUN, STAGE_NAMES
 from stackedheads.claims import sec4, sec5
 
 pytestmark = pytest.mark.slow  # real subprocesses, servers or whole pipelines: `make test-fast` skips them
@@ -73,7 +73,7 @@ def test_a_published_emergence_stage_is_judged_in_the_reference_section(smoke, t
     """results/sec9 is a reproduce folder's emergence stage: published, its Section 9 claims are
     re-judged from the kept files alone (as the run judged them), and the stages it did not run
     are left out of the reference section instead of listed as NOT RUN."""
-    from stackedheads import references
+    from stackedheads.publishing import references
 
     ref = references.publish(
         smoke, tmp_path / "results" / "sec9", title="Transformer D (smoke)", command="c", commit="0" * 40, wall_s=1.0,
@@ -105,7 +105,7 @@ def test_twin_seeds_runs_a_seed_as_the_demo_does(smoke, tmp_path):
 
     from stackedheads import presets
     from stackedheads.claims import SECTIONS
-    from stackedheads.layout import CIRCUITS_RUN
+    from stackedheads.state.layout import CIRCUITS_RUN
 
     root = Path(__file__).parents[1]
     script = root / "studies" / "twin_seeds.py"
@@ -367,7 +367,7 @@ def test_report_refusing_a_folder_leaves_nothing_behind(tmp_path, cli):
 
 def test_a_busy_folder_is_one_line_without_out(tmp_path, cli):
     """`report` on a held folder does not advise "another --out" (it has none)."""
-    from stackedheads.storage import FolderLock
+    from stackedheads.state.write import FolderLock
 
     out = tmp_path / "rep"
     code, _, stderr = cli("reproduce", "--preset", "smoke", "--out", str(out), *THEORY_ONLY)

@@ -1,5 +1,5 @@
 """docs/results.md says what the tracked results hold: a per-seed table's verdicts are the
-claims' (``seeds.md``: the verdict each claim leads with; a reading named in a column's header,
+claims' (``recipe_screen.md``: the verdict each claim leads with; a reading named in a column's header,
 "E3 (first-path; hurt-most)", from ``claims.json``), the screen's table is what
 ``stackedheads seeds results/sec9/* --markdown`` prints, and "Distance D" in a recipe's section
 is that recipe's median distance."""
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from stackedheads import claims, seeds
+from stackedheads import claims
+from stackedheads import recipe_screen
 from stackedheads.claims import DEPENDS, FAIL, INCONCLUSIVE, PASS, published
 from stackedheads.claims.readings import READINGS
 
@@ -66,9 +67,9 @@ def outside_parentheses(cell: str) -> str:
 
 
 def primary_verdicts(name: str) -> dict[tuple[str, str], str]:
-    """(seed, claim) -> verdict from the result's seeds.md (the verdict each claim leads with:
+    """(seed, claim) -> verdict from the result's recipe_screen.md (the verdict each claim leads with:
     its primary reading's, or its robust one where the paper's words choose no reading)."""
-    (table, *_) = [t for t in tables((RESULTS / name / "seeds.md").read_text().splitlines()) if t[0][0] == "seed"]
+    (table, *_) = [t for t in tables((RESULTS / name / "recipe_screen.md").read_text().splitlines()) if t[0][0] == "seed"]
     head = table[0]
     return {(row[0], h): v for row in table[1:] for h, v in zip(head, row) if re.fullmatch(r"[AE]\d", h)}
 
@@ -151,11 +152,11 @@ def screen_table(text: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def screen():
-    return seeds.collect_seeds(sorted(p for p in (RESULTS / "sec9").iterdir() if p.is_dir()))
+    return recipe_screen.collect_seeds(sorted(p for p in (RESULTS / "sec9").iterdir() if p.is_dir()))
 
 
 def test_the_screen_table_is_what_seeds_prints(screen):
-    assert screen_table(PAGE.read_text()) == screen_table(seeds.markdown(screen))
+    assert screen_table(PAGE.read_text()) == screen_table(recipe_screen.markdown(screen))
 
 
 def test_a_recipe_sections_distance_is_its_median_distance(screen):

@@ -6,7 +6,7 @@ import pytest
 from helpers import one_error
 
 from stackedheads.errors import UsageError
-from stackedheads.perf import MAX_THREADS_PER_CORE, available_cores
+from stackedheads.execution.process import MAX_THREADS_PER_CORE, available_cores
 
 MOST = MAX_THREADS_PER_CORE * available_cores()
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from helpers import screen_folder
 
-from stackedheads import presets, recipes, seeds
+from stackedheads import presets, recipes
+from stackedheads import recipe_screen
 
 
 def test_the_screen_wants_four_seeds_where_a_choice_moved_and_of_every_combination(tmp_path, cli):
@@ -27,8 +28,8 @@ def test_the_screen_wants_four_seeds_where_a_choice_moved_and_of_every_combinati
     # (c): x1 never falls, so its 800 epochs are a lower bound, shown as one
     c = screen_folder(tmp_path / "c", {0: [None] * 4}, final=0.75)
     labels = ["sec9", "lr-constant", "pos-pair", "init-input-torch", "init-input-torch+lr-constant", "n-train-2048"]
-    runs = seeds.collect_seeds([base, a, f, d, da, c], labels)
-    state = seeds.screen(runs)
+    runs = recipe_screen.collect_seeds([base, a, f, d, da, c], labels)
+    state = recipe_screen.screen(runs)
     assert state["baseline"] == "sec9" and state["baseline_medians"] == {"x1's fall": "50 epochs", "final val MSE": "0.0027"}
     rows = {r["recipe"]: r for r in state["rows"]}
     assert set(rows) == set(recipes.SCREEN)
@@ -44,10 +45,10 @@ def test_the_screen_wants_four_seeds_where_a_choice_moved_and_of_every_combinati
     assert (rows["lr-3e-4"]["why"], rows["lr-3e-4"]["wanted"], rows["lr-3e-4"]["round"]) == ("round two", 4, 2)
     assert (rows["tl-stack+lr-3e-4"]["why"], rows["tl-stack+lr-3e-4"]["to_run"]) == ("a combination", 4)
     assert state["to_run"] == sum(r["to_run"] for r in state["rows"])
-    head, table = seeds.screen_table(state)
+    head, table = recipe_screen.screen_table(state)
     assert table[[r[0] for r in table].index("pos-pair")][head.index("to run")] == "done"
     # No baseline, or no run named as a screen recipe: no screen to state.
-    assert seeds.screen(runs[1:]) is None and seeds.screen(seeds.collect_seeds([base, f], ["sec9", "other"])) is None
+    assert recipe_screen.screen(runs[1:]) is None and recipe_screen.screen(recipe_screen.collect_seeds([base, f], ["sec9", "other"])) is None
     r = cli("seeds", base, a, "--label", "sec9", "--label", "lr-constant", "--markdown")
     assert r.code == 0 and "### The recipe screen:" in r.out and "| lr-constant | 2 |" in r.out
     r = cli("seeds", base, a, "--label", "sec9", "--label", "lr-constant", "--json")
@@ -71,8 +72,8 @@ def test_a_finished_choice_is_ruled_out_nearer_or_a_reproduction_and_the_closest
         "n-train-65536": screen_folder(tmp_path / "t65", {0: paper, 1: [None] * 4, 2: paper, 3: paper}, final=0.031),
         "lr-warmup-constant": screen_folder(tmp_path / "wc", {0: paper}, final=0.031),  # one seed of two
     }
-    runs = seeds.collect_seeds([base, *folders.values()], ["sec9", *folders])
-    state = seeds.screen(runs)
+    runs = recipe_screen.collect_seeds([base, *folders.values()], ["sec9", *folders])
+    state = recipe_screen.screen(runs)
     b = state["baseline_distance"]
     assert b == pytest.approx(math.log(9) + math.log(0.031 / 0.0027))
     verdict = {r["recipe"]: r["verdict"] for r in state["rows"]}
@@ -92,14 +93,14 @@ def test_a_finished_choice_is_ruled_out_nearer_or_a_reproduction_and_the_closest
     # The nearest finished recipe is named; so far, while seeds are still wanted.
     assert state["closest"] == "init-tl"
     # n-train-65536's distance (0.25 at least) is a bound: it names nothing
-    assert seeds.screen([r for r in runs if r.label != "init-tl"])["closest"] == "tl-stack"
-    assert seeds.closest_line(state).startswith(f"Closest recipe: init-tl (the closest so far: the screen still wants {state['to_run']} seeds)")
-    assert "still wants 1 seed)" in seeds.closest_line({**state, "to_run": 1})
+    assert recipe_screen.screen([r for r in runs if r.label != "init-tl"])["closest"] == "tl-stack"
+    assert recipe_screen.closest_line(state).startswith(f"Closest recipe: init-tl (the closest so far: the screen still wants {state['to_run']} seeds)")
+    assert "still wants 1 seed)" in recipe_screen.closest_line({**state, "to_run": 1})
     # Finished: the line says so, and whether `--recipe paper-curriculum` selects the recipe named.
     done = {**state, "to_run": 0}
     for named, says in ((presets.PAPER_CURRICULUM, "`--recipe paper-curriculum` selects it)"),
                         ("init-tl", f"`--recipe paper-curriculum` selects {presets.PAPER_CURRICULUM}, not it)")):
-        line = seeds.closest_line({**done, "closest": named})
+        line = recipe_screen.closest_line({**done, "closest": named})
         assert line.startswith(f"Closest recipe: {named} (the screen is finished; {says}"), line
     r = cli("seeds", base, folders["init-tl"], "--label", "sec9", "--label", "init-tl", "--markdown")
     assert r.code == 0 and "| verdict |" in r.out and "Closest recipe: init-tl" in r.out
@@ -112,7 +113,7 @@ def test_paper_curriculum_is_the_recipe_the_published_screen_names():
     of the finished recipes the one nearest the paper is what ``--recipe paper-curriculum`` selects."""
     root = Path(__file__).resolve().parents[1] / "results"
     folders = sorted(p for p in (root / "sec9").iterdir() if p.is_dir())
-    state = seeds.screen(seeds.collect_seeds(folders))
+    state = recipe_screen.screen(recipe_screen.collect_seeds(folders))
     first = [(r["recipe"], r["to_run"]) for r in state["rows"] if r["round"] == 1]
     assert [name for name, _ in first] == list(recipes.SCREEN_ROUNDS[0]) and not any(n for _, n in first), first
     assert state["closest"] == presets.PAPER_CURRICULUM

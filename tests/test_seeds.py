@@ -8,10 +8,11 @@ import pytest
 from helpers import K1, K2, K3, K4, PAPER_SEEN, PAPER_SERVES, REDUNDANT, found, one_error, timeline
 from helpers import claims_train as train
 
-from stackedheads import claims, seeds
+from stackedheads import claims
+from stackedheads import recipe_screen
 from stackedheads.claims import FAIL, INCONCLUSIVE, PASS
 from stackedheads.errors import UsageError
-from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN
+from stackedheads.state.layout import CIRCUITS_RUN, EMERGENCE_RUN
 
 OUT_OF_ORDER = ({K1: 3600, K2: 4400, K3: 3920, K4: 5600}, {K1: [1, 2, 3, 4], K2: [2, 3, 4], K3: [3, 4], K4: [4]})
 
@@ -53,7 +54,7 @@ def emergence_folder(root, finals, timelines, recipe=None):
 def test_each_seed_is_judged_alone_and_agrees_with_claims(tmp_path):
     paper_like = timeline(PAPER_SEEN, PAPER_SERVES, REDUNDANT)
     folder = emergence_folder(tmp_path / "run", [0.03, 0.05], [paper_like, timeline(*OUT_OF_ORDER)])
-    (run,) = seeds.collect_seeds([folder])
+    (run,) = recipe_screen.collect_seeds([folder])
     assert run.section == "sec9" and [r.seed for r in run.rows] == ["0", "1"]
     a, b = run.rows
     assert a.verdicts == {"E1": PASS, "E2": PASS, "E3": PASS, "E4": PASS}
@@ -68,15 +69,15 @@ def test_each_seed_is_judged_alone_and_agrees_with_claims(tmp_path):
     assert s["final_val_loss"] == {"median": pytest.approx(0.04), "min": 0.03, "max": 0.05}
     assert s["emerged_in_order"] == 1 and s["loss_drops_in_order"] == 2
     assert s["verdicts"]["E3"] == {PASS: 1, FAIL: 1}
-    lines = seeds.distribution_lines(run)
+    lines = recipe_screen.distribution_lines(run)
     assert "(paper: 0.031)" in lines[0] and "445 epochs" in lines[1] and "(paper: about 450)" in lines[1]
 
 
 def test_a_position_that_never_emerges_is_not_in_order(tmp_path):
     never = timeline({K1: 3600, K2: 3920, K3: 4400, K4: None}, OUT_OF_ORDER[1])
-    (run,) = seeds.collect_seeds([emergence_folder(tmp_path / "run", [0.03], [never])])
+    (run,) = recipe_screen.collect_seeds([emergence_folder(tmp_path / "run", [0.03], [never])])
     assert run.rows[0].verdicts["E3"] == INCONCLUSIVE and run.summary()["emerged_in_order"] == 0
-    head, rows = seeds.seed_table(run)
+    head, rows = recipe_screen.seed_table(run)
     assert "never" in rows[0][head.index("x1.. emerged (step)")]
 
 
@@ -86,20 +87,20 @@ def test_recipes_side_by_side(tmp_path):
     gpt2 = emergence_folder(tmp_path / "gpt2", [0.05, 0.06], [early, early])
     every = emergence_folder(tmp_path / "all", [0.004, 0.005], [like, timeline(*OUT_OF_ORDER)],
                              recipe={"decay_exempt": []})
-    runs = seeds.collect_seeds([gpt2, every], ["GPT-2", "decay all"])
+    runs = recipe_screen.collect_seeds([gpt2, every], ["GPT-2", "decay all"])
     assert [r.recipe["decay_exempt"] for r in runs] == [["norm", "bias"], []]
-    got = {r["measure"]: r for r in seeds.compare(runs)}
+    got = {r["measure"]: r for r in recipe_screen.compare(runs)}
     # 0.055 is a factor 1.8 above 0.031, 0.0045 a factor 6.9 below: the first is closer.
     assert got["final_val_loss"]["closer"] == "GPT-2"
     assert got["plateau_epochs"]["closer"] == "decay all"  # 445 epochs against 70
     assert got["E3 seeds passing"]["medians"] == {"GPT-2": "2/2", "decay all": "1/2"} and got["E3 seeds passing"]["closer"] == "GPT-2"
     assert got["E4 seeds passing"]["closer"] is None  # 2 and 2: a tie names nobody
-    md = seeds.markdown(runs)
+    md = recipe_screen.markdown(runs)
     assert "### GPT-2 (sec9; decay_exempt ['norm', 'bias'])" in md and "### Side by side" in md
     assert "final_val_loss: GPT-2 0.055, decay all 0.0045 (paper: 0.031): GPT-2 is closer" in md
-    assert seeds.compare(runs[:1]) == []  # one run: nothing to compare
+    assert recipe_screen.compare(runs[:1]) == []  # one run: nothing to compare
     with pytest.raises(UsageError, match="both labelled same"):
-        seeds.compare(seeds.collect_seeds([gpt2, every], ["same", "same"]))
+        recipe_screen.compare(recipe_screen.collect_seeds([gpt2, every], ["same", "same"]))
 
 
 def test_below_sec8s_bound_is_as_close_as_can_be(tmp_path):
@@ -111,8 +112,8 @@ def test_below_sec8s_bound_is_as_close_as_can_be(tmp_path):
         return tmp_path / name
 
     def closer(a, b):
-        runs = seeds.collect_seeds([sec8_folder("a", a), sec8_folder("b", b)])
-        return next(r for r in seeds.compare(runs) if r["measure"] == "final_val_loss")["closer"]
+        runs = recipe_screen.collect_seeds([sec8_folder("a", a), sec8_folder("b", b)])
+        return next(r for r in recipe_screen.compare(runs) if r["measure"] == "final_val_loss")["closer"]
 
     assert closer(0.001, 0.009) is None and closer(0.001, 0.02) == "a" and closer(0.03, 0.02) == "b"
 
@@ -121,11 +122,11 @@ def test_circuits_without_their_training_summary(tmp_path):
     """A reference whose run folder was lost keeps its circuits: the seeds are shown, the
     final losses unknown, every claim INCONCLUSIVE (as `claims` says)."""
     _write(tmp_path / "circuits" / "discovered" / "seed0" / "summary.json", found())
-    (run,) = seeds.collect_seeds([tmp_path])
+    (run,) = recipe_screen.collect_seeds([tmp_path])
     row = run.rows[0]
     assert run.section == "sec8" and row.final_val_loss is None and row.useful_heads == 4 and row.n_heads is None
     assert set(row.verdicts.values()) == {INCONCLUSIVE}
-    assert "unknown" in seeds.distribution_lines(run)[0] and "recipe unknown" in seeds.markdown([run])
+    assert "unknown" in recipe_screen.distribution_lines(run)[0] and "recipe unknown" in recipe_screen.markdown([run])
 
 
 def test_sec8_seeds(tmp_path):
@@ -134,10 +135,10 @@ def test_sec8_seeds(tmp_path):
     _write(tmp_path / "circuits" / "runs" / CIRCUITS_RUN / "summary.json", t)
     for s in (0, 1):
         _write(tmp_path / "circuits" / "discovered" / f"seed{s}" / "summary.json", found())
-    (run,) = seeds.collect_seeds([tmp_path])
+    (run,) = recipe_screen.collect_seeds([tmp_path])
     assert [r.verdicts["A1"] for r in run.rows] == [PASS, FAIL]
     assert run.rows[0].useful_heads == 4 and run.rows[0].n_heads == 12
-    assert seeds.seed_table(run)[0][:3] == ["seed", "final val MSE", "max partial"]
+    assert recipe_screen.seed_table(run)[0][:3] == ["seed", "final val MSE", "max partial"]
 
 
 def test_cli(tmp_path, cli):
@@ -166,7 +167,7 @@ def reference_record(files: list[str]) -> dict:
 def test_a_reference_shows_its_seeds(tmp_path):
     """The report's reference runs carry the per-seed table and the distribution (the claims
     above them combine the seeds)."""
-    from stackedheads import references
+    from stackedheads.publishing import references
 
     folder = emergence_folder(tmp_path / "sec9", [0.03, 0.05], [timeline(PAPER_SEEN, PAPER_SERVES, REDUNDANT), timeline(*OUT_OF_ORDER)])
     files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
@@ -183,7 +184,7 @@ def test_passing_seeds_are_compared_as_a_share(tmp_path):
     like, bad = timeline(PAPER_SEEN, PAPER_SERVES, REDUNDANT), timeline(*OUT_OF_ORDER)
     one = emergence_folder(tmp_path / "one", [0.03], [like])
     three = emergence_folder(tmp_path / "three", [0.03, 0.03, 0.03], [like, like, bad])
-    got = {r["measure"]: r for r in seeds.compare(seeds.collect_seeds([one, three]))}
+    got = {r["measure"]: r for r in recipe_screen.compare(recipe_screen.collect_seeds([one, three]))}
     assert got["E3 seeds passing"]["medians"] == {"one": "1/1", "three": "2/3"} and got["E3 seeds passing"]["closer"] == "one"
 
 
@@ -191,13 +192,13 @@ def test_a_path_with_no_measured_role_does_not_end_the_plateau(tmp_path):
     """Sec. 9.2's plateau ends with the first head that does part of the task: a positional
     shortcut whose ablation harms no position, crossing 0.5 earlier, is named but does not end
     it, nor count as the first head (E2). The timeline's stored plateau (every path) is not read."""
-    from stackedheads.ordering import end_of_plateau
+    from stackedheads.emergence.ordering import end_of_plateau
 
     silent = "L2.0 s3->p12"
     tl = timeline({**PAPER_SEEN, silent: 800}, {**PAPER_SERVES, silent: []}, REDUNDANT)
     assert tl["plateau_steps"] == 760.0 and tl["first_paths"] == [silent]  # as written before the rule
     assert end_of_plateau(tl) == (3560.0, [K1], [silent])
-    (run,) = seeds.collect_seeds([emergence_folder(tmp_path / "run", [0.03], [tl])])
+    (run,) = recipe_screen.collect_seeds([emergence_folder(tmp_path / "run", [0.03], [tl])])
     row = run.rows[0]
     assert row.plateau_epochs == pytest.approx(3560 / 8) and row.first_paths == [K1]
     assert row.verdicts["E2"] == PASS
@@ -215,8 +216,8 @@ def test_circuits_without_timelines_say_so(tmp_path):
     folder = emergence_folder(tmp_path / "run", [0.03, 0.04], [])
     for s in (0, 1):
         _write(folder / "emergence" / "discovered" / f"seed{s}" / "summary.json", found())
-    (run,) = seeds.collect_seeds([folder])
-    lines = seeds.distribution_lines(run)
+    (run,) = recipe_screen.collect_seeds([folder])
+    lines = recipe_screen.distribution_lines(run)
     assert any("no partial losses (neither an emergence timeline nor the run's metrics.csv)" in line for line in lines)
     assert not any("chain order" in line or "no path" in line for line in lines)
 
@@ -225,22 +226,22 @@ def test_circuits_of_seeds_the_run_did_not_train_are_refused(tmp_path):
     folder = emergence_folder(tmp_path / "run", [0.03], [])
     _write(folder / "emergence" / "discovered" / "seed7" / "summary.json", found())
     with pytest.raises(UsageError, match="seeds its training run did not train"):
-        seeds.collect_seeds([folder])
+        recipe_screen.collect_seeds([folder])
 
 
 def test_the_recipe_names_what_tells_recipes_apart():
     nested = {"steps": 6400, "batch_size": 256, "dtype": "bfloat16",
               "optim": {"lr": 1e-3, "warmup_steps": 200, "grad_clip": 1.0, "weight_decay": 0.1, "decay_exempt": []}}
-    assert seeds.recipe_of(nested) == {"steps": 6400, "batch_size": 256, "lr": 1e-3, "warmup_steps": 200,
+    assert recipe_screen.recipe_of(nested) == {"steps": 6400, "batch_size": 256, "lr": 1e-3, "warmup_steps": 200,
                                        "grad_clip": 1.0, "weight_decay": 0.1, "decay_exempt": [], "dtype": "bfloat16"}
     flat = {"steps": 100, "lr": 3e-3, "weight_decay": 0.0}  # configs written before `optim`
-    assert seeds.recipe_of(flat) == {"steps": 100, "lr": 3e-3, "weight_decay": 0.0}
+    assert recipe_screen.recipe_of(flat) == {"steps": 100, "lr": 3e-3, "weight_decay": 0.0}
 
 
 def test_a_reference_whose_seed_table_cannot_be_made_keeps_its_claims(tmp_path):
     """The report's reference section: a table the files cannot give is said in its place, and
     the claims are still re-judged from the files (not replaced by the published claims.json)."""
-    from stackedheads import references
+    from stackedheads.publishing import references
 
     folder = emergence_folder(tmp_path / "sec9", [0.03], [])
     _write(folder / "emergence" / "discovered" / "seed7" / "summary.json", found())

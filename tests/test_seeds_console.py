@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from stackedheads.seeds.render import _need, fit_tables
+from stackedheads.recipe_screen.render import _need, fit_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 NUMBER = re.compile(r"\S*\d\S*")
@@ -36,20 +36,20 @@ def whole_numbers(console_out: str) -> set[str]:
 @pytest.mark.parametrize("folders", [["results/sec9/gpt2"], ["results/sec9/tl-stack+lr-3e-4", "results/sec9/gpt2"],
                                      ["results/sec8/gpt2"]], ids=["sec9-gpt2", "two-recipes", "sec8-gpt2"])
 def test_no_number_is_broken_at_any_width(cli, monkeypatch, columns, folders):
-    from stackedheads import seeds
+    from stackedheads import recipe_screen
 
     monkeypatch.setenv("COLUMNS", str(columns))
     monkeypatch.chdir(ROOT)
     r = cli("seeds", *folders)
     assert r.code == 0, r.err
     assert max(len(s) for s in r.out.splitlines()) <= columns
-    runs = seeds.collect_seeds([ROOT / f for f in folders], [])
-    tables = [seeds.seed_table(run) for run in runs]
-    head, rows = seeds.distance_table(runs)
+    runs = recipe_screen.collect_seeds([ROOT / f for f in folders], [])
+    tables = [recipe_screen.seed_table(run) for run in runs]
+    head, rows = recipe_screen.distance_table(runs)
     if rows:
         tables.append((head, rows))
-    if state := seeds.screen(runs):
-        tables.append(seeds.screen_table(state))
+    if state := recipe_screen.screen(runs):
+        tables.append(recipe_screen.screen_table(state))
     want = {w.rstrip(",") for h, rs in tables for c in cells(h, rs) for w in NUMBER.findall(str(c))}
     shown = whole_numbers(r.out)
     assert not want - shown, f"numbers not shown whole at {columns} columns: {sorted(want - shown)[:10]}"

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from stackedheads import presets
-from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN
+from stackedheads.state.layout import CIRCUITS_RUN, EMERGENCE_RUN
 from stackedheads.reproduce import reproduce
 
 pytestmark = pytest.mark.slow  # trains two tiny ensembles

@@ -15,7 +15,9 @@ import pytest
 from conftest import copy_run
 from helpers import one_error, refused
 
-from stackedheads import presets, statefiles, storage
+from stackedheads import presets
+from stackedheads.state import read
+from stackedheads.state import write
 from stackedheads.errors import UsageError
 from stackedheads.training.metrics import read_metrics, truncate_metrics
 
@@ -24,9 +26,9 @@ from stackedheads.training.metrics import read_metrics, truncate_metrics
 
 
 @pytest.mark.parametrize("reader", [
-    lambda p: storage.read_state_json(p, "a state file"),
-    lambda p: storage.read_state_jsonl(p, "a state file"),
-    lambda p: storage.read_bytes(p, "a state file"),
+    lambda p: write.read_state_json(p, "a state file"),
+    lambda p: write.read_state_jsonl(p, "a state file"),
+    lambda p: write.read_bytes(p, "a state file"),
 ])
 def test_a_fifo_named_like_a_state_file_is_refused_not_read(tmp_path, reader):
     fifo = tmp_path / "config.json"
@@ -43,7 +45,7 @@ def test_a_fifo_metrics_csv_is_refused(tmp_path):
 
 @pytest.mark.parametrize("name", ["summary.json", "metrics.csv"])
 def test_seeds_on_a_fifo_state_file_says_so(cli, tmp_path, ckpt_run, name):
-    from stackedheads import layout
+    from stackedheads.state import layout
 
     stage = tmp_path / "sec9"
     run = shutil.copytree(ckpt_run, layout.training_run(stage / "emergence", layout.EMERGENCE_RUN))
@@ -86,12 +88,12 @@ def test_hostile_json_is_one_line(tmp_path, text, words):
     path = tmp_path / "done.json"
     path.write_text(text)
     with pytest.raises(UsageError, match=words) as e:
-        storage.read_state_json(path, "a state file", object)
+        write.read_state_json(path, "a state file", object)
     assert str(path) in str(e.value)
     (tmp_path / "x.jsonl").write_text('{"ok": 1}\n' + text + "\n")
     with pytest.raises(UsageError, match=rf"x.jsonl line 2 is damaged \(.*{words}"):
-        storage.read_state_jsonl(tmp_path / "x.jsonl", "a state file", object)
-    assert not storage.intact(path)
+        write.read_state_jsonl(tmp_path / "x.jsonl", "a state file", object)
+    assert not write.intact(path)
 
 
 @pytest.mark.parametrize("text", ["[" * 200_000 + "]" * 200_000, '{"task": ' + "9" * 100_000 + "}"])
@@ -177,7 +179,7 @@ def test_a_truncated_metrics_csv_of_a_finished_run_is_named(tmp_path, ckpt_run, 
 
 def test_seeds_names_a_damaged_metrics_csv(cli, tmp_path, ckpt_run):
     """`seeds` and `claims` on a stage whose run's metrics.csv lost its tail."""
-    from stackedheads import layout
+    from stackedheads.state import layout
 
     stage = tmp_path / "sec9"
     run = shutil.copytree(ckpt_run, layout.training_run(stage / "emergence", layout.EMERGENCE_RUN))
@@ -211,14 +213,14 @@ def test_negative_partial_losses_never_give_c2_a_verdict(cli, tmp_path, kinds):
 
 
 def test_every_state_read_is_bounded(cli, tmp_path, monkeypatch):
-    monkeypatch.setattr(statefiles, "MAX_STATE_BYTES", 1000)  # read_state_json's default
-    monkeypatch.setattr(storage, "MAX_STATE_BYTES", 1000)  # the re-exported name circuits.ablate passes
+    monkeypatch.setattr(read, "MAX_STATE_BYTES", 1000)  # read_state_json's default
+    monkeypatch.setattr(write, "MAX_STATE_BYTES", 1000)  # the re-exported name circuits.ablate passes
     big = tmp_path / "circuit.json"
     big.write_text(json.dumps({"paths": []}) + " " * 2000)
     refused(cli("circuit", "validate", tmp_path, "--circuit", big), "over")
     refused(cli("circuit", "validate", tmp_path, "--circuit", "/dev/zero"), "/dev/zero")  # would never end
     with pytest.raises(UsageError, match="over"):
-        storage.read_state_json(big, "a state file")
+        write.read_state_json(big, "a state file")
 
 
 # --- a truncated metrics.csv -----------------------------------------------------------------

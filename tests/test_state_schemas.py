@@ -1,5 +1,5 @@
 """Every state file is read against one declared schema with the ranges its values can take
-(stackedheads.schemas): a value no run writes (a negative loss, a minimum of no heads) is one
+(stackedheads.state.schemas): a value no run writes (a negative loss, a minimum of no heads) is one
 line naming the file and the field, never a verdict judged from it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import one_error
 
-from stackedheads import schemas
+from stackedheads.state import schemas
 from stackedheads.errors import UsageError
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"

@@ -1,4 +1,4 @@
-"""Output folders (:class:`stackedheads.storage.RunFolder`): what a folder holds is checked
+"""Output folders (:class:`stackedheads.state.write.RunFolder`): what a folder holds is checked
 before anything is written there, and a done marker is trusted only while every file it
 vouches for is there and parses."""
 
@@ -9,7 +9,7 @@ import json
 import pytest
 
 from stackedheads.errors import UsageError
-from stackedheads.storage import FolderLock, RunFolder, check_seeds, folder_kinds
+from stackedheads.state.write import FolderLock, RunFolder, check_seeds, folder_kinds
 
 
 def test_folder_kinds_from_marker_files_and_config_keys(tmp_path):
@@ -103,26 +103,26 @@ import errno  # noqa: E402
 
 from helpers import SECRET  # noqa: E402
 
-from stackedheads import storage  # noqa: E402
+from stackedheads.state import write  # noqa: E402
 from stackedheads.errors import register_secret  # noqa: E402
 
 
 def test_state_files_never_hold_a_registered_secret(tmp_path):
     register_secret(SECRET)
-    storage.atomic_write_json(tmp_path / "x.json", {"note": f"key {SECRET}"})
+    write.atomic_write_json(tmp_path / "x.json", {"note": f"key {SECRET}"})
     assert SECRET not in (tmp_path / "x.json").read_text()
 
 
 def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
     path = tmp_path / "state.json"
-    storage.atomic_write_json(path, {"v": 1})
+    write.atomic_write_json(path, {"v": 1})
 
     def full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(storage.os, "fsync", full)
+    monkeypatch.setattr(write.os, "fsync", full)
     with pytest.raises(OSError):
-        storage.atomic_write_json(path, {"v": 2})
+        write.atomic_write_json(path, {"v": 2})
     assert json.loads(path.read_text()) == {"v": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]  # no temporary left behind
 
@@ -130,17 +130,17 @@ def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
 def test_lock_held_by_another_process(tmp_path, held):
     p = held(tmp_path / "x")
     with pytest.raises(UsageError, match=f"in use by pid {p.pid}"):
-        with storage.FolderLock(tmp_path / "x"):
+        with write.FolderLock(tmp_path / "x"):
             pass
-    with storage.FolderLock(tmp_path / "y", reentrant=True):  # a job runner around train()
-        with storage.FolderLock(tmp_path / "y"):
+    with write.FolderLock(tmp_path / "y", reentrant=True):  # a job runner around train()
+        with write.FolderLock(tmp_path / "y"):
             pass
         assert (tmp_path / "y" / ".lock").exists()
-    with storage.FolderLock(tmp_path / "z"):  # by default even this process is refused
+    with write.FolderLock(tmp_path / "z"):  # by default even this process is refused
         with pytest.raises(UsageError, match="in use by pid"):
-            with storage.FolderLock(tmp_path / "z"):
+            with write.FolderLock(tmp_path / "z"):
                 pass
-    with storage.FolderLock(tmp_path / "z"):  # and every lock was released
+    with write.FolderLock(tmp_path / "z"):  # and every lock was released
         pass
 
 

@@ -4,7 +4,8 @@ import json
 import pytest
 from conftest import is_figure
 
-from stackedheads import presets, sweep
+from stackedheads import presets
+from stackedheads.sweeps import figure4
 from stackedheads.claims import sec7
 from stackedheads.errors import UsageError
 
@@ -44,8 +45,8 @@ def test_c1_fails_when_a_non_ic_run_learns():
 
 
 def test_c1_threshold_scales_with_the_plateau():
-    assert sweep.non_ic_floor(4) == pytest.approx(0.7)
-    assert sweep.non_ic_floor(2) == pytest.approx(0.7 / 0.75 * 0.5)
+    assert figure4.non_ic_floor(4) == pytest.approx(0.7)
+    assert figure4.non_ic_floor(2) == pytest.approx(0.7 / 0.75 * 0.5)
     # 0.49 is on the N=2 plateau (0.5) but below the N=4 threshold: it must pass for N=2 only.
     assert sec7.rows_claims([row("non-ic", 1, 0, 0.49, chains=2)])["C1"]["verdict"] == "PASS"
     assert sec7.rows_claims([row("non-ic", 1, 0, 0.49, chains=4)])["C1"]["verdict"] == "FAIL"
@@ -53,12 +54,12 @@ def test_c1_threshold_scales_with_the_plateau():
 
 def test_crossing_steps():
     rows = [{"seed": 0, "step": s, "val_x1": v1, "val_x2": v2} for s, v1, v2 in [(10, 0.9, 0.9), (20, 0.4, 0.8), (30, 0.3, 0.45)]]
-    assert sweep.crossing_steps(rows, 0, ["val_x1", "val_x2"]) == {"val_x1": 20, "val_x2": 30}
+    assert figure4.crossing_steps(rows, 0, ["val_x1", "val_x2"]) == {"val_x1": 20, "val_x2": 30}
 
 
 def test_figure4_smoke_end_to_end_and_resume(tmp_path):
     spec = presets.figure4("smoke")
-    rows = sweep.run_figure4(spec, tmp_path)
+    rows = figure4.run_figure4(spec, tmp_path)
     assert len(rows) == len(spec.layers) * len(spec.seeds) * 2
     assert not (tmp_path / "claims.json").exists()  # the sweep measures; claims.sec7 judges
     result = sec7.write_claims(tmp_path)
@@ -74,14 +75,14 @@ def test_figure4_smoke_end_to_end_and_resume(tmp_path):
     assert json.loads((tmp_path / "claims.json").read_text()) == json.loads(json.dumps(result))
     # A second run trains nothing: every run folder is complete.
     stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/summary.json")}
-    sweep.run_figure4(spec, tmp_path)
+    figure4.run_figure4(spec, tmp_path)
     assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/summary.json")} == stamps
 
 
 def test_other_spec_in_same_folder_is_refused(tmp_path):
-    sweep.run_figure4(presets.figure4("smoke"), tmp_path)
+    figure4.run_figure4(presets.figure4("smoke"), tmp_path)
     with pytest.raises(UsageError):
-        sweep.run_figure4(presets.figure4("quick"), tmp_path)
+        figure4.run_figure4(presets.figure4("quick"), tmp_path)
 
 
 def test_unknown_preset():
@@ -105,7 +106,7 @@ def _folder_of(kind: str, folder):
     """A folder as `sweep figure4`, `train` or `llm-bench` leaves it (the files that name it)."""
     folder.mkdir()
     if kind == "figure4":
-        (folder / sweep.SPEC_FILE).write_text(json.dumps(presets.figure4("smoke").to_dict()))
+        (folder / figure4.SPEC_FILE).write_text(json.dumps(presets.figure4("smoke").to_dict()))
     elif kind == "train":
         (folder / "config.json").write_text(json.dumps(presets.get("smoke").to_dict()))
         (folder / "metrics.csv").write_text("step,seed\n")
@@ -122,13 +123,13 @@ def test_figure4_refuses_a_folder_of_another_kind(tmp_path, kind):
     """`sweep figure4` into a train or llm-bench folder is refused."""
     before = _folder_of(kind, tmp_path / "out")
     with pytest.raises(UsageError, match=f"another kind of output \\({'training run' if kind == 'train' else 'llm-bench run'}\\)"):
-        sweep.run_figure4(presets.figure4("smoke"), tmp_path / "out")
+        figure4.run_figure4(presets.figure4("smoke"), tmp_path / "out")
     assert {p: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before  # nothing written, not even a lock
 
 
 def test_depth_sweep_refuses_a_figure4_folder(tmp_path):
     """`sweep depth --out <a figure4 folder>` is refused: its summary.csv and claims.json stay."""
-    from stackedheads import depth
+    from stackedheads.sweeps import depth
 
     before = _folder_of("figure4", tmp_path / "out")
     for call in (depth.check_folder, depth.run_depth):
@@ -139,9 +140,9 @@ def test_depth_sweep_refuses_a_figure4_folder(tmp_path):
 
 @pytest.mark.parametrize("content", ['{"preset": "smoke"}', '{"preset": "smoke", "base": 3, "layers": [1]}'])
 def test_a_bad_sweep_spec_is_named(tmp_path, content, cli):
-    (tmp_path / sweep.SPEC_FILE).write_text(content)
+    (tmp_path / figure4.SPEC_FILE).write_text(content)
     code, _, stderr = cli("claims", str(tmp_path))
-    assert code == 2 and "Traceback" not in stderr and str(tmp_path / sweep.SPEC_FILE) in stderr, stderr
+    assert code == 2 and "Traceback" not in stderr and str(tmp_path / figure4.SPEC_FILE) in stderr, stderr
 
 
 # --- The sweep's folder lock, and a damaged run summary rebuilt
@@ -150,23 +151,23 @@ from conftest import copy_run  # noqa: E402
 
 
 def test_sweep_folder_locked(tmp_path, held):
-    from stackedheads import sweep
+    from stackedheads.sweeps import figure4
 
     held(tmp_path / "sw")
     with pytest.raises(UsageError, match="in use by pid"):
-        sweep.run_figure4(presets.figure4("smoke"), tmp_path / "sw")
-    assert not (tmp_path / "sw" / "sweep.json").exists()
+        figure4.run_figure4(presets.figure4("smoke"), tmp_path / "sw")
+    assert not (tmp_path / "sw" / "figure4.json").exists()
 
 
 def test_sweep_rebuilds_a_damaged_run_summary(ckpt_run, tmp_path):
-    from stackedheads import sweep
-    from stackedheads.executors import Job, run_dir
+    from stackedheads.sweeps import figure4
+    from stackedheads.execution.executors import Job, run_dir
     from stackedheads.training import TrainConfig
 
     cfg = TrainConfig.from_dict(json.loads((ckpt_run / "config.json").read_text()))
     job = Job("ic-D2-L3", "ic", cfg)
     folder = copy_run(ckpt_run, run_dir(tmp_path, job))
     (folder / "summary.json").write_text("")  # what a full disk can leave of a file written in place
-    rows = sweep.job_rows([job], tmp_path)
+    rows = figure4.job_rows([job], tmp_path)
     assert rows and rows[0]["layers"] == 3
     assert json.loads((folder / "summary.json").read_text())["seeds"]

@@ -11,7 +11,7 @@ import torch
 
 from stackedheads import presets
 from stackedheads.errors import UsageError
-from stackedheads.provenance import git_commit, machine, read_segments
+from stackedheads.state.provenance import git_commit, machine, read_segments
 from stackedheads.tasks.vectors import VectorTaskConfig
 from stackedheads.training import (
     TrainConfig,
@@ -296,7 +296,7 @@ from pathlib import Path  # noqa: E402
 from conftest import copy_run  # noqa: E402
 from helpers import one_error  # noqa: E402
 
-from stackedheads import storage  # noqa: E402
+from stackedheads.state import write  # noqa: E402
 
 
 # `stackedheads train` that says on stdout when its first evaluation is done (training under way).
@@ -365,7 +365,7 @@ def test_train_state_write_failures_are_one_line(tmp_path, monkeypatch, err, cod
     def fail(path, data):
         raise OSError(err, os.strerror(err), str(path))
 
-    monkeypatch.setattr(storage, "atomic_write_bytes", fail)
+    monkeypatch.setattr(write, "atomic_write_bytes", fail)
     got, _, stderr = cli("train", "--preset", "smoke", "--out", str(tmp_path / "run"))
     assert got == code and one_error(stderr) and "config.json" in stderr
 

@@ -51,7 +51,7 @@ def test_the_notebook_runs_top_to_bottom(tmp_path):
     from nbclient import NotebookClient
 
     from stackedheads.circuits.ablate import Circuit
-    from stackedheads.sweep import cross_threshold, crossing_steps
+    from stackedheads.sweeps.figure4 import cross_threshold, crossing_steps
     from stackedheads.training import list_checkpoints, read_metrics
 
     nb = nbformat.read(NOTEBOOK, as_version=4)

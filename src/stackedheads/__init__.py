@@ -18,8 +18,8 @@ from typing import Any
 
 # public name -> (module, attribute or None for the module itself)
 _PUBLIC: dict[str, tuple[str, str | None]] = {
-    "EnsembleTransformer": ("stackedheads.model", "EnsembleTransformer"),
-    "ModelConfig": ("stackedheads.training.config", "ModelConfig"),
+    "EnsembleTransformer": ("stackedheads.model.transformer", "EnsembleTransformer"),
+    "ModelConfig": ("stackedheads.model.config", "ModelConfig"),
     "OptimConfig": ("stackedheads.training.config", "OptimConfig"),
     "TrainConfig": ("stackedheads.training.config", "TrainConfig"),
     "VectorTaskConfig": ("stackedheads.tasks.vectors", "VectorTaskConfig"),
@@ -27,7 +27,7 @@ _PUBLIC: dict[str, tuple[str, str | None]] = {
     "presets": ("stackedheads.presets", None),
     "prompts": ("stackedheads.tasks.prompts", None),
     "discover": ("stackedheads.circuits.discover", "discover"),
-    "emergence": ("stackedheads.emergence", None),
+    "emergence": ("stackedheads.emergence.timeline", None),
     "run_bench": ("stackedheads.llm.bench", "run_bench"),
     "claims": ("stackedheads.claims", None),
 }

@@ -47,7 +47,8 @@ import torch
 from torch import Tensor, nn
 
 from stackedheads.errors import UsageError
-from stackedheads.model import LN_EPS, EnsembleTransformer, ModelConfig
+from stackedheads.model.config import ModelConfig
+from stackedheads.model.transformer import LN_EPS, EnsembleTransformer
 
 INSTALL = "pip install 'stackedheads[interop]'"
 # ModelConfig's fields this module maps; a field added later is refused by name until it is mapped
@@ -272,7 +273,7 @@ def write_run(hooked: Any, embed: VectorEmbed, like: str | Path, out: str | Path
     """A run folder ``out`` holding ``hooked`` as member ``seed`` of the run ``like`` (its config,
     with that one seed), checkpoint ``step`` (default: ``like``'s last): what ``circuit validate``,
     ``circuit discover`` and ``attention`` read. ``out`` must not exist yet."""
-    from stackedheads.storage import atomic_write_json, read_state_json
+    from stackedheads.state.write import atomic_write_json, read_state_json
     from stackedheads.training import TrainConfig, checkpoint_path, list_checkpoints
     from stackedheads.training.checkpoints import write_checkpoint
 

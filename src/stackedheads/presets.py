@@ -23,12 +23,12 @@ or in user code before the command runs.
 from __future__ import annotations
 
 from stackedheads import recipes
-from stackedheads.depth import DepthSpec
-from stackedheads.model import ModelConfig
+from stackedheads.sweeps.depth import DepthSpec
+from stackedheads.model.config import ModelConfig
 from stackedheads.recipes import PAPER_CURRICULUM, RECIPES, Recipe  # noqa: F401  (presets' names for them)
 from stackedheads.registry import Registry
 from stackedheads.reproduce import LLMChoice, LLMStage, ReproducePreset
-from stackedheads.sweep import Figure4Spec
+from stackedheads.sweeps.figure4 import Figure4Spec
 from stackedheads.tasks.vectors import VectorTaskConfig
 from stackedheads.training.config import GPT2_RECIPE, OptimConfig, TrainConfig
 

@@ -13,11 +13,11 @@ Stages, each in its own sub-folder (``out/<stage>/``):
 
 A stage writes ``done.json`` (its summary, wall time and the files it wrote) last, so re-running
 skips finished stages, unless one of those files is missing or damaged: then the stage runs
-again and rebuilds it (:class:`~stackedheads.storage.RunFolder`). An interrupted stage resumes
+again and rebuilds it (:class:`~stackedheads.state.write.RunFolder`). An interrupted stage resumes
 from what it left (training checkpoints, the benchmark's per-sample log, finished sweep runs).
-The HTML report (:mod:`stackedheads.report`) is written
+The HTML report (:mod:`stackedheads.report.html`) is written
 from the folder afterwards (the CLI does it); this module never imports the report, and the
-names both use live in :mod:`stackedheads.layout`.
+names both use live in :mod:`stackedheads.state.layout`.
 """
 
 from __future__ import annotations
@@ -28,13 +28,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from stackedheads import layout, theory
+from stackedheads import theory
+from stackedheads.state import layout
 from stackedheads.errors import UsageError, public_url
-from stackedheads.executors import Executor, Job, LocalExecutor, run_dir
-from stackedheads.layout import CIRCUITS_RUN, EMERGENCE_RUN, stage_done
-from stackedheads.statefiles import read_state_json
-from stackedheads.storage import RunFolder, atomic_write_text
-from stackedheads.sweep import Figure4Spec
+from stackedheads.execution.executors import Executor, Job, LocalExecutor, run_dir
+from stackedheads.state.layout import CIRCUITS_RUN, EMERGENCE_RUN, stage_done
+from stackedheads.state.read import read_state_json
+from stackedheads.state.write import RunFolder, atomic_write_text
+from stackedheads.sweeps.figure4 import Figure4Spec
 from stackedheads.tasks import prompts
 from stackedheads.training import TrainConfig
 
@@ -61,7 +62,7 @@ class LLMChoice:
         check_env_name(self.api_key_env)  # a key typed here reached config.json, summary.json and the report
         if self.concurrency < 1:
             raise UsageError(f"'concurrency' must be >= 1, got {self.concurrency}", fields=("concurrency",))
-        from stackedheads.perf import check_threads
+        from stackedheads.execution.process import check_threads
 
         check_threads(self.threads)  # one rule for every verb that takes threads
 
@@ -240,11 +241,11 @@ def stage_llm(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
 
 
 def stage_figure4(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
-    from stackedheads import sweep
+    from stackedheads.sweeps import figure4
     from stackedheads.claims import sec7
 
     spec = preset.figure4.on(ctx.device, ctx.dtype)
-    sweep.run_figure4(spec, out, ctx.executor_for("figure4"))
+    figure4.run_figure4(spec, out, ctx.executor_for("figure4"))
     return {"claims": {k: v["verdict"] for k, v in sec7.write_claims(out).items()}}
 
 
@@ -306,7 +307,7 @@ def _link_run(source: Path, dest: Path) -> None:
 
 
 def stage_emergence(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
-    from stackedheads.emergence import emergence_run
+    from stackedheads.emergence.timeline import emergence_run
 
     cfg = ctx.train_config(preset.emergence, preset.emergence_seeds)
     job = Job(EMERGENCE_RUN, "ic", cfg)
@@ -405,7 +406,7 @@ def reproduce(
     """Run every stage not yet done (and not skipped) into ``out_dir``.
 
     Training jobs run on ``executor`` (default: this machine, ``workers`` processes of ``threads``
-    threads, see :class:`~stackedheads.executors.LocalExecutor`). Returns ``summary.json``.
+    threads, see :class:`~stackedheads.execution.executors.LocalExecutor`). Returns ``summary.json``.
     """
     unknown = [s for s in skip if s not in STAGES]
     if unknown:

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from stackedheads.errors import UsageError
-from stackedheads.plots import pyplot, save_figure
+from stackedheads.report.plots import pyplot, save_figure
 
 
 def paper_bound(depth: int) -> int:
@@ -242,7 +242,7 @@ def save_table(rows: Sequence[TheoryRow], out_dir) -> list[str]:
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    from stackedheads.storage import atomic_write_text
+    from stackedheads.state.write import atomic_write_text
 
     atomic_write_text(out / "theory.jsonl", "".join(json.dumps(r.to_dict()) + "\n" for r in rows))
     return [str(out / "theory.jsonl"), *plot_theory(rows, out)]

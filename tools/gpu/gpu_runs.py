@@ -109,7 +109,7 @@ def unpack_export(export, out):
     import re
 
     from stackedheads.errors import UsageError
-    from stackedheads.storage import RunFolder, atomic_write_bytes, atomic_write_json
+    from stackedheads.state.write import RunFolder, atomic_write_bytes, atomic_write_json
     from stackedheads.training.checkpoints import checkpoint_path, read_checkpoint
     from stackedheads.training.config import TrainConfig
     from stackedheads.training.loop import CONFIG_FILE, KIND

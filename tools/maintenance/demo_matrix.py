@@ -36,9 +36,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from stackedheads import presets
-from stackedheads.perf import available_cores
-from stackedheads.provenance import git_commit, machine
-from stackedheads.storage import atomic_write_json
+from stackedheads.execution.process import available_cores
+from stackedheads.state.provenance import git_commit, machine
+from stackedheads.state.write import atomic_write_json
 
 CELLS = [("float32", 1), ("float32", 2), ("bfloat16", 1), ("bfloat16", 2)]
 SECTIONS = ("7", "8", "9")  # the trained claims; Sec. 4-5 do not depend on the dtype or threads

@@ -44,7 +44,8 @@ from stackedheads.circuits.rules import (
     uniform_causal,
 )
 from stackedheads.errors import UsageError
-from stackedheads.model import EnsembleTransformer, ModelConfig
+from stackedheads.model.config import ModelConfig
+from stackedheads.model.transformer import EnsembleTransformer
 from stackedheads.tasks.vectors import Batch, Meta, VectorTaskConfig
 from stackedheads.training.evaluate import partial_losses
 
@@ -161,7 +162,7 @@ class Circuit:
         return cls(int(d["depth"]), [HeadSpec.from_dict(h) for h in d["heads"]], DiscoveryRecord.from_dict(d.get("info", {})))
 
     def save(self, path: str | Path) -> None:
-        from stackedheads.storage import atomic_write_json
+        from stackedheads.state.write import atomic_write_json
 
         atomic_write_json(path, self.to_dict())
 
@@ -172,13 +173,13 @@ class Circuit:
             raise UsageError(f"no circuit file {p}")
         if p.is_dir():
             raise UsageError(f"{p} is a folder, not a circuit file")
-        from stackedheads.schemas import CircuitFile, check
-        from stackedheads.storage import read_state_json
+        from stackedheads.state.schemas import CircuitFile, check
+        from stackedheads.state.write import read_state_json
 
         try:  # bounded in size and depth: --circuit /dev/zero would be read forever
             data = read_state_json(p, "a circuit file")
             circuit = cls.from_dict(data)
-            check(CircuitFile, data, p, "discover it again")  # its recorded values too (stackedheads.schemas)
+            check(CircuitFile, data, p, "discover it again")  # its recorded values too (stackedheads.state.schemas)
             return circuit
         except UsageError:
             raise

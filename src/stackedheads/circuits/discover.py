@@ -71,8 +71,8 @@ from stackedheads.circuits.rules import (
     rule_mass,
 )
 from stackedheads.errors import UsageError
-from stackedheads.model import EnsembleTransformer
-from stackedheads.plots import pyplot, save_figure
+from stackedheads.model.transformer import EnsembleTransformer
+from stackedheads.report.plots import pyplot, save_figure
 from stackedheads.tasks.vectors import Batch, VectorTaskConfig
 
 MAX_PAIR_TESTS = 400  # pairs of non-necessary paths tested for redundancy (the rest: one joint group)
@@ -595,7 +595,7 @@ def discover_run(
     member's circuit is found alone, so one seed at a time gives the same files, and a long
     discovery can be split across sessions); ``out/seed{s}/`` gets circuit.json, losses.json,
     circuit.png/svg and summary.json."""
-    from stackedheads.storage import RunFolder
+    from stackedheads.state.write import RunFolder
 
     with RunFolder(out).lock("circuit discovery"):  # a second process on the folder gets one line
         return _discover_run_locked(run_dir, out, checkpoint, cfg, seeds)
@@ -605,7 +605,7 @@ def _check_same_discovery(out: Path, now: list[int], step: int, cfg: DiscoverCon
     """The seeds already in ``out`` that this discovery leaves as they are must come from the same
     checkpoint and settings: ``claims`` and ``seeds`` read the folder as one discovery (a seed
     discovered while the run was still training, or with another threshold, would mix in)."""
-    from stackedheads.storage import read_state_json
+    from stackedheads.state.write import read_state_json
 
     for other in sorted(out.glob("seed*/circuit.json")):
         if other.parent.name[4:] in {str(s) for s in now}:
@@ -622,7 +622,7 @@ def _check_same_discovery(out: Path, now: list[int], step: int, cfg: DiscoverCon
 
 
 def _discover_run_locked(run_dir, out, checkpoint, cfg: DiscoverConfig, seeds) -> dict[int, Discovery]:
-    from stackedheads.storage import atomic_write_json, check_seeds
+    from stackedheads.state.write import atomic_write_json, check_seeds
     from stackedheads.training import checkpoint_for, load_model, validation_batch
 
     path = checkpoint_for(run_dir, checkpoint)

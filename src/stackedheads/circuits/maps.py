@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from stackedheads.plots import pyplot, save_figure
+from stackedheads.report.plots import pyplot, save_figure
 from stackedheads.tasks.vectors import FIRST, QUERY, Meta
 
 

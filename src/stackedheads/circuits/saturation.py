@@ -25,8 +25,8 @@ from pathlib import Path
 import torch
 
 from stackedheads.errors import UsageError
-from stackedheads.plots import pyplot, save_figure
-from stackedheads.storage import atomic_write_json
+from stackedheads.report.plots import pyplot, save_figure
+from stackedheads.state.write import atomic_write_json
 
 N_SEQS = 256  # validation sequences per checkpoint
 FIXED = 0.9  # a row is positional when one key holds more than half its attention in this share of sequences

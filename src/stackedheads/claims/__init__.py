@@ -58,7 +58,7 @@ from stackedheads.claims._core import (
 )
 from stackedheads.claims.readings import readings_table
 from stackedheads.errors import UsageError
-from stackedheads.layout import STAGE_NAMES
+from stackedheads.state.layout import STAGE_NAMES
 
 __all__ = [
     "DEPENDS", "FAIL", "INCONCLUSIVE", "NOT_RUN", "PASS", "SECTIONS", "VERDICTS", "Claim", "Section",
@@ -75,9 +75,9 @@ def sections() -> list[Section]:
 def collect(run: str | Path) -> list[Claim]:
     """Every claim re-evaluated from the files of the ``reproduce`` folder ``run``; a file of
     the wrong shape is one line naming it (each section checks what it reads, where it reads it)."""
-    from stackedheads.layout import STAGE_NAMES
-    from stackedheads.layout import stage_done
-    from stackedheads.storage import RunFolder
+    from stackedheads.state.layout import STAGE_NAMES
+    from stackedheads.state.layout import stage_done
+    from stackedheads.state.write import RunFolder
 
     run = Path(run)
     for name in STAGE_NAMES:  # read as report and reproduce read them: a done.json they refuse is refused here
@@ -89,11 +89,12 @@ def folder_claims(folder: str | Path) -> list[Claim]:
     """``stackedheads claims DIR``: the claims of a reproduce folder, a ``sweep figure4`` folder,
     a ``sweep depth`` folder or an ``llm-compare`` folder. A folder with only some of
     ``reproduce``'s stage folders (``circuits/runs/transformers-A-C``, ``circuits/discovered``,
-    ...; see :mod:`stackedheads.layout`) is judged as a reproduce folder."""
-    from stackedheads import depth, sweep
+    ...; see :mod:`stackedheads.state.layout`) is judged as a reproduce folder."""
+    from stackedheads.sweeps import depth
+    from stackedheads.sweeps import figure4
 
     folder = Path(folder)
-    if (folder / sweep.SPEC_FILE).exists():
+    if (folder / figure4.SPEC_FILE).exists():
         from stackedheads.claims import sec7
 
         return sec7.folder_claims(folder)

@@ -1,6 +1,6 @@
 """What every claim shares: the verdicts, a :class:`Claim`, combining verdicts, reading a
 stage's files, and the :class:`Section` registry. (The chain-order statistic is a measurement:
-:mod:`stackedheads.ordering`.)"""
+:mod:`stackedheads.emergence.ordering`.)"""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from stackedheads.registry import Registry
-from stackedheads.stages import NUM, Each, expect, read_json, read_jsonl  # noqa: F401 (what claims read files with)
+from stackedheads.claims.stage_files import NUM, Each, expect, read_json, read_jsonl  # noqa: F401 (what claims read files with)
 
 PASS, FAIL, INCONCLUSIVE, NOT_RUN = "PASS", "FAIL", "INCONCLUSIVE", "NOT RUN"
 VERDICTS = (PASS, FAIL, INCONCLUSIVE, NOT_RUN)

@@ -1,5 +1,5 @@
 """Beyond the paper: the depth phase diagram's claims (D1, D2), from a depth sweep's rows
-(:mod:`stackedheads.depth`).
+(:mod:`stackedheads.sweeps.depth`).
 
 * D1: no run learns ``x_j`` with fewer layers than the exact causal minimum. The theory is a
   lower bound; a violation means a bug or a flaw in Assumptions 1-2 and FAILs loudly.
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from stackedheads.claims._core import FAIL, INCONCLUSIVE, NOT_RUN, PASS, Claim
-from stackedheads.depth import phase_table, read_results, span
+from stackedheads.sweeps.depth import phase_table, read_results, span
 
 SECTION = "Beyond the paper: depth phase diagram"
 # D2's threshold: x_D must be learned with at most this many layers above the exact causal
@@ -138,7 +138,7 @@ def claims_from_folder(out: str | Path) -> list[Claim]:
 
 def write_claims(out: str | Path, rows: Sequence[dict] | None = None) -> list[Claim]:
     """Judge a depth folder (its ``results.jsonl``, or ``rows``) and write ``claims.json``."""
-    from stackedheads.storage import atomic_write_json
+    from stackedheads.state.write import atomic_write_json
 
     found = depth_claims(read_results(out) if rows is None else rows)
     atomic_write_json(Path(out) / "claims.json", [c.to_dict() for c in found])

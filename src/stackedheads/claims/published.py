@@ -18,7 +18,7 @@ from stackedheads.claims._core import (
     not_learned,
 )
 from stackedheads.claims.readings import READINGS
-from stackedheads.storage import atomic_write_text, read_state_json
+from stackedheads.state.write import atomic_write_text, read_state_json
 
 START = "<!-- verdicts: written by `stackedheads results-index` from results/*/claims.json; do not edit by hand -->"
 END = "<!-- end of the verdicts written by `stackedheads results-index` -->"

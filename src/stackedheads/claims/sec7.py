@@ -1,12 +1,13 @@
 """Section 7 and Figure 4: the implicit curriculum and the layers each chain position needs
-(C0-C3), from a Figure 4 sweep's rows (:mod:`stackedheads.sweep`). Thresholds are the paper's
-(N = 4), scaled to the ``1 - 1/N`` plateau for other N (:func:`stackedheads.sweep.plateau_scaled`)."""
+(C0-C3), from a Figure 4 sweep's rows (:mod:`stackedheads.sweeps.figure4`). Thresholds are the paper's
+(N = 4), scaled to the ``1 - 1/N`` plateau for other N (:func:`stackedheads.sweeps.figure4.plateau_scaled`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from stackedheads import sweep, theory
+from stackedheads import theory
+from stackedheads.sweeps import figure4
 from stackedheads.claims._core import (
     FAIL,
     INCONCLUSIVE,
@@ -17,8 +18,8 @@ from stackedheads.claims._core import (
     Section,
     not_run,
 )
-from stackedheads.ordering import order_of
-from stackedheads.storage import atomic_write_json
+from stackedheads.emergence.ordering import order_of
+from stackedheads.state.write import atomic_write_json
 
 SEC7 = "7 Implicit curriculum and layers"
 # C0's "far below": the IC loss at the largest layer count is at most this fraction of the
@@ -52,7 +53,7 @@ def _c0(ic: list[dict], non_ic: list[dict]) -> dict:
         return {"claim": claim, "verdict": NOT_RUN, "measured": "no IC runs"}
     top = max(r["layers"] for r in ic)
     depth, chains = ic[0]["depth"], ic[0]["chains"]
-    thr = sweep.cross_threshold(chains)
+    thr = figure4.cross_threshold(chains)
     at_top = [r for r in ic if r["layers"] == top]
     unlearned = sorted(
         {f"x{j}" for r in at_top for j in range(1, depth + 1) if not r[f"final_val_x{j}"] < thr}, key=lambda x: int(x[1:])
@@ -78,15 +79,15 @@ def _c0(ic: list[dict], non_ic: list[dict]) -> dict:
 
 def _c1(non_ic: list[dict]) -> dict:
     depths = sorted({r["depth"] for r in non_ic})
-    floors = sorted({round(sweep.non_ic_floor(r["chains"]), 4) for r in non_ic}) or [sweep.NON_IC_FLOOR]
+    floors = sorted({round(figure4.non_ic_floor(r["chains"]), 4) for r in non_ic}) or [figure4.NON_IC_FLOOR]
     shown = " / ".join(map(str, floors))
     claim = f"every non-IC run at D = {', '.join(map(str, depths)) or '?'} ends above {shown}" + (
-        "" if floors == [sweep.NON_IC_FLOOR] else f" (the paper's {sweep.NON_IC_FLOOR} scaled to the 1 - 1/N plateau)"
+        "" if floors == [figure4.NON_IC_FLOOR] else f" (the paper's {figure4.NON_IC_FLOOR} scaled to the 1 - 1/N plateau)"
     )
     if not non_ic:
         return {"claim": claim, "verdict": NOT_RUN, "measured": "no non-IC runs", "runs": 0, "failing": [],
                 "min_final_val_loss": None, "threshold": floors}
-    failing = [f"{r['run']}/seed{r['seed']}" for r in non_ic if not r["final_val_loss"] > sweep.non_ic_floor(r["chains"])]
+    failing = [f"{r['run']}/seed{r['seed']}" for r in non_ic if not r["final_val_loss"] > figure4.non_ic_floor(r["chains"])]
     low = min(r["final_val_loss"] for r in non_ic)
     return {
         "claim": claim, "threshold": floors, "runs": len(non_ic), "failing": failing, "min_final_val_loss": low,
@@ -97,7 +98,7 @@ def _c1(non_ic: list[dict]) -> dict:
 
 
 def _c2(ic: list[dict]) -> dict:
-    thresholds = sorted({round(sweep.cross_threshold(r["chains"]), 4) for r in ic}) or [sweep.CROSS]
+    thresholds = sorted({round(figure4.cross_threshold(r["chains"]), 4) for r in ic}) or [figure4.CROSS]
     shown = " / ".join(map(str, thresholds))
     claim = f"in every IC run the partial losses cross {shown} strictly in the order x1, x2, ..."
     groups: dict[str, list[str]] = {"in order": [], "out of order": [], "tie": [], "undecided": []}
@@ -134,7 +135,7 @@ def _c3(ic: list[dict]) -> dict:
     if not ic:
         return {"claim": claim, "verdict": NOT_RUN, "measured": "no IC runs"}
     depth, chains = ic[0]["depth"], ic[0]["chains"]
-    thr = sweep.cross_threshold(chains)
+    thr = figure4.cross_threshold(chains)
     layers = sorted({r["layers"] for r in ic})
     # "Needs L layers": every seed at L layers learns x_j, the sense C0 gives "learned". The mean
     # over seeds is not used: where a few layers learn x_j in some seeds and not in others (IC at
@@ -189,7 +190,7 @@ _SEC7_PAPER = {
 
 
 def figure4_claims(result: dict | None) -> list[Claim]:
-    """Section 7's claims from :func:`stackedheads.sweep.claims` (or a sweep's claims.json)."""
+    """Section 7's claims from :func:`stackedheads.sweeps.figure4.claims` (or a sweep's claims.json)."""
     sec = SEC7
     if not result:
         return [not_run(sec, k, p, "figure4") for k, p in _SEC7_PAPER.items()]
@@ -214,20 +215,20 @@ def figure4_claims(result: dict | None) -> list[Claim]:
 def folder_result(folder: Path) -> dict:
     """The Section 7 claims (as :func:`rows_claims` writes them) re-evaluated from a sweep
     folder's files, without training. Unfinished runs are left out and listed."""
-    spec, done, unfinished = sweep.finished_jobs(folder)
-    result = rows_claims(sweep.job_rows(done, folder, rebuild=False))  # claims and report never write
+    spec, done, unfinished = figure4.finished_jobs(folder)
+    result = rows_claims(figure4.job_rows(done, folder, rebuild=False))  # claims and report never write
     result["unfinished_runs"] = unfinished
     return result
 
 
 def folder_claims(folder: Path) -> list[Claim]:
     """Section 7's claims from a Figure 4 sweep folder (NOT RUN without one)."""
-    return figure4_claims(folder_result(folder) if (Path(folder) / sweep.SPEC_FILE).exists() else None)
+    return figure4_claims(folder_result(folder) if (Path(folder) / figure4.SPEC_FILE).exists() else None)
 
 
 def write_claims(folder: Path) -> dict:
     """Evaluate a finished sweep folder and write its ``claims.json``; returns the result."""
-    result = rows_claims(sweep.job_rows(sweep.finished_jobs(folder)[1], folder))
+    result = rows_claims(figure4.job_rows(figure4.finished_jobs(folder)[1], folder))
     atomic_write_json(Path(folder) / "claims.json", result)
     return result
 

@@ -16,7 +16,7 @@ from stackedheads.claims._core import (
     not_run,
     over_seeds,
 )
-from stackedheads.claims.circuits import (
+from stackedheads.claims.judging import (
     ablation_heads,
     first_head_pairs,
     first_head_paths,
@@ -30,8 +30,8 @@ from stackedheads.claims.circuits import (
     with_unfinished,
 )
 from stackedheads.claims.readings import judged, names_of
-from stackedheads.layout import CIRCUITS_RUN
-from stackedheads.stages import heads_in, stage_from_files
+from stackedheads.state.layout import CIRCUITS_RUN
+from stackedheads.claims.stage_files import heads_in, stage_from_files
 
 SEC8 = "8 Circuits of transformers A-C"
 PAPER_STEPS = 24_000  # Sec. 8.1: transformers A-C train for 24k steps at batch 128

@@ -18,11 +18,11 @@ from stackedheads.claims._core import (
     not_run,
     over_seeds,
 )
-from stackedheads.claims.circuits import gated, no_summary, validation_readings, with_unfinished
+from stackedheads.claims.judging import gated, no_summary, validation_readings, with_unfinished
 from stackedheads.claims.readings import judged, names_of
-from stackedheads.layout import EMERGENCE_RUN, timeline
-from stackedheads.ordering import end_of_plateau, order_of
-from stackedheads.stages import (
+from stackedheads.state.layout import EMERGENCE_RUN, timeline
+from stackedheads.emergence.ordering import end_of_plateau, order_of
+from stackedheads.claims.stage_files import (
     finished_metrics,
     loss_drops,
     new_paths,
@@ -159,7 +159,7 @@ def e2_verdict(t: dict, new: dict[str, list[int]], text: str) -> tuple[str, str]
 
 def e3(ctx: dict, reading: str) -> Each:
     """E3: x1, x2, ... emerge at strictly increasing times under ``reading``
-    (:func:`stackedheads.stages.position_times`)."""
+    (:func:`stackedheads.claims.stage_files.position_times`)."""
     def judge(t: dict, s: str) -> tuple[str, str]:
         found = ctx["found"][s]
         if reading == "last-path-checkpoint" and t.get("emerged_seen") is None:

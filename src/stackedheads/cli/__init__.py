@@ -12,10 +12,10 @@ import sys
 import typer
 from typer.exceptions import TyperException
 
-from stackedheads.perf import set_openmp_policy
+from stackedheads.execution.process import set_openmp_policy
 
 # libgomp reads its environment once, when torch loads it, and the verbs' modules import torch:
-# the spin policy (stackedheads.perf says why) goes in first.
+# the spin policy (stackedheads.execution.process says why) goes in first.
 set_openmp_policy()
 
 # isort: off

@@ -224,7 +224,7 @@ WORKERS_HELP = "Local jobs trained at once, each in its own process (default: on
 
 
 def apply_threads(threads: int | None, device: str) -> None:
-    from stackedheads.perf import check_threads, configure_process
+    from stackedheads.execution.process import check_threads, configure_process
 
     check_threads(threads)
     configure_process(threads, device)
@@ -244,7 +244,7 @@ def out_path(value) -> Path:
         raise typer.BadParameter(f"{text} is the filesystem root: give a folder under it")
     if path.is_symlink() and not path.exists():  # mkdir would say "File exists" of a path that is not there
         raise typer.BadParameter(f"{text} is a symbolic link to a path that does not exist: give a real path")
-    from stackedheads.storage import check_outside_reproduce
+    from stackedheads.state.write import check_outside_reproduce
 
     try:
         check_outside_reproduce(path)  # a reproduce folder's stages are its own
@@ -254,7 +254,7 @@ def out_path(value) -> Path:
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:
-    from stackedheads.validators import check_seeds
+    from stackedheads.validation import check_seeds
 
     try:
         seeds = tuple(int(x) for x in text.split(",") if x.strip())
@@ -309,7 +309,7 @@ def config_fields() -> list[tuple[str, type, str]]:
     import dataclasses
     import typing
 
-    from stackedheads.model_config import ModelConfig
+    from stackedheads.model.config import ModelConfig
     from stackedheads.tasks.vectors import VectorTaskConfig
     from stackedheads.training.config import OptimConfig, TrainConfig
 

@@ -89,7 +89,7 @@ def llm_bench_cmd(
         raise UsageError(f"--model values {', '.join(models)} share a folder name; give distinct models")
     if len(models) > 1:  # --out gets the comparison: not a one-model run's folder
         from stackedheads.llm.compare import KIND
-        from stackedheads.storage import RunFolder
+        from stackedheads.state.write import RunFolder
 
         RunFolder(out, KIND).check()
     for m in models:
@@ -108,7 +108,7 @@ def llm_bench_cmd(
                       f"figure: {shown(folders[m] / 'figure2.png')}")
     if len(models) > 1:
         from stackedheads.llm.compare import KIND
-        from stackedheads.storage import RunFolder
+        from stackedheads.state.write import RunFolder
 
         with RunFolder(out, KIND).lock("llm-bench's comparison"):
             done = compare(list(folders.values()), out)
@@ -122,7 +122,7 @@ def llm_compare_cmd(
     """Compare finished (or running) llm-bench folders: Figure 2 with one bar / line per model,
     accuracy vs D for every formulation with a depth, and the table model x formulation."""
     from stackedheads.llm.compare import KIND, compare
-    from stackedheads.storage import RunFolder, check_apart
+    from stackedheads.state.write import RunFolder, check_apart
 
     for r in runs:
         if not r.is_dir():
@@ -222,7 +222,7 @@ def llm_circuit_cmd(
     from stackedheads.claims.llm_circuit import judge
     from stackedheads.llm.circuit import CircuitConfig, run_circuit
     from stackedheads.llm.torchlm import load_gguf
-    from stackedheads.perf import check_threads
+    from stackedheads.execution.process import check_threads
 
     check_threads(threads, "threads")
     cfg = CircuitConfig(model, formulation, depth, n, seed, chains, few_shot, top)

@@ -33,8 +33,8 @@ def attention_cmd(
 ) -> None:
     """Attention maps per layer and head, single sequences and the mean by role (Appendix C); with
     --over-training, how each head's attention sharpens and settles on positions over the checkpoints."""
-    from stackedheads import origins
-    from stackedheads.storage import RunFolder
+    from stackedheads.state import origins
+    from stackedheads.state.write import RunFolder
 
     if over_training and checkpoint is not None:
         raise UsageError("--over-training reads every checkpoint: leave out --checkpoint")
@@ -107,8 +107,8 @@ def circuit_discover_cmd(
     """Find every member's circuit automatically: the simplest head assignments that keep the loss low."""
     from stackedheads.circuits.ablate import path_key
     from stackedheads.circuits.discover import DiscoverConfig, discover_run
-    from stackedheads.origins import check_discovery_out
-    from stackedheads.storage import RunFolder
+    from stackedheads.state.origins import check_discovery_out
+    from stackedheads.state.write import RunFolder
 
     RunFolder(out, "discovered circuits").check()
     only = None if seeds is None else parse_seeds(seeds)
@@ -117,7 +117,7 @@ def circuit_discover_cmd(
                          seeds=only)
     for seed, d in found.items():
         s = d.summary()
-        from stackedheads.claims.circuits import budget_text
+        from stackedheads.claims.judging import budget_text
 
         Console().print(_loss_table(d.table, f"seed {seed}: {budget_text(s)}"))
         console.print(
@@ -146,9 +146,9 @@ def emergence_cmd(
     seqs: int = typer.Option(32, "--seqs", help="Validation sequences per checkpoint (Sec. 9.1: 32)."),
 ) -> None:
     """Attention per circuit path across checkpoints, emergence steps and their order (Section 9)."""
-    from stackedheads.emergence import emergence_run
-    from stackedheads.origins import check_emergence_out, record_emergence_out
-    from stackedheads.storage import RunFolder, require_kind
+    from stackedheads.emergence.timeline import emergence_run
+    from stackedheads.state.origins import check_emergence_out, record_emergence_out
+    from stackedheads.state.write import RunFolder, require_kind
 
     if (run_dir / "config.json").exists():  # a reproduce or benchmark folder is no run (a missing config: said below)
         require_kind(run_dir, "training run")

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from stackedheads import references
+from stackedheads.publishing import references
 from stackedheads.cli._app import app, console, out_path, shown
 from stackedheads.errors import UsageError
 
@@ -41,7 +41,7 @@ def publish_piece_cmd(
     """Publish one piece of a result trained a few seeds at a time into RESULTS/NAME, beside the pieces there.
 
     The reference is written from what NAME holds plus RUN: publishing a piece again writes the same reference."""
-    from stackedheads.publish_piece import Piece, publish_piece
+    from stackedheads.publishing.piece import Piece, publish_piece
 
     dest, ref = publish_piece(Piece(name, run, stage, tuple(circuits), tuple(timeline), tuple(maps), commit, note, title,
                                     train_command, notes, results))

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from stackedheads import references
+from stackedheads.publishing import references
 from stackedheads.cli._app import (
     out_path,
     THREADS_HELP,
@@ -29,7 +29,7 @@ from stackedheads.cli._app import (
 )
 from stackedheads.errors import UsageError
 from stackedheads.llm.backends import BACKENDS
-from stackedheads.provenance import git_commit
+from stackedheads.state.provenance import git_commit
 
 
 @contextmanager
@@ -68,10 +68,10 @@ def reproduce_cmd(
     """Run every stage of the paper into one folder (resumable), then write the HTML report."""
     from stackedheads import presets
     from stackedheads.claims import claims_table, collect
-    from stackedheads.executors import make_executor
-    from stackedheads.report import write_report
+    from stackedheads.execution.executors import make_executor
+    from stackedheads.report.html import write_report
     from stackedheads.reproduce import LLMChoice, reproduce, resolve_llm, with_seeds
-    from stackedheads.locks import FolderLock
+    from stackedheads.state.locks import FolderLock
 
     chosen = with_seeds(presets.reproduce(preset), seeds)
     if (llm_backend is None) != (llm_model is None):
@@ -89,7 +89,7 @@ def reproduce_cmd(
         if "llm" not in skip:
             choice = resolve_llm(chosen, choice)
             choice.check()  # here, so that its errors name the --llm-* flags (reproduce() checks it again)
-    from stackedheads.perf import check_threads
+    from stackedheads.execution.process import check_threads
 
     check_threads(workers, "workers")  # processes at once: the threads rule (1 to 4 per core)
     runner = make_executor(executor, ray_address, workers=workers, threads=threads)  # validates the options
@@ -177,19 +177,19 @@ def seeds_cmd(
 ) -> None:
     """Sections 8-9 seed by seed: final MSE, loss drops, plateau, circuit and each claim's verdict per seed, the
     distribution beside the paper, and which run (recipe) is closer to it."""
-    from stackedheads import seeds
+    from stackedheads import recipe_screen
 
-    runs = seeds.collect_seeds(folders, label)
-    comparison = seeds.compare(runs)  # refuses two runs under one label before anything is printed
+    runs = recipe_screen.collect_seeds(folders, label)
+    comparison = recipe_screen.compare(runs)  # refuses two runs under one label before anything is printed
     if as_json:
-        data = {"runs": [r.to_dict() for r in runs], "paper": seeds.PAPER, "comparison": comparison,
-                "screen": seeds.screen(runs)}
+        data = {"runs": [r.to_dict() for r in runs], "paper": recipe_screen.PAPER, "comparison": comparison,
+                "screen": recipe_screen.screen(runs)}
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return
     if as_markdown:
-        sys.stdout.write(seeds.markdown(runs))
+        sys.stdout.write(recipe_screen.markdown(runs))
         return
-    from stackedheads.seeds.render import print_console
+    from stackedheads.recipe_screen.render import print_console
 
     print_console(runs, comparison, Console())
 
@@ -199,8 +199,8 @@ def report_cmd(
     run_dir: Path = typer.Argument(..., help="A folder written by `stackedheads reproduce`."),
 ) -> None:
     """Write DIR/report/index.html: claims vs measurements, every figure, configs and versions (offline)."""
-    from stackedheads.report import check_folder, write_report
-    from stackedheads.locks import FolderLock
+    from stackedheads.report.html import check_folder, write_report
+    from stackedheads.state.locks import FolderLock
 
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir} is not a folder")

@@ -43,14 +43,14 @@ def prompts_cmd(
     if not 1 <= n <= prompts.MAX_QUESTIONS:
         raise UsageError(f"--n must be between 1 and {prompts.MAX_QUESTIONS}, got {n}")
     if export is not None:
-        from stackedheads.storage import RunFolder
+        from stackedheads.state.write import RunFolder
 
         RunFolder(export, "prompts export").check()  # not into another output's folder
     questions = prompts.generate_many(formulation, depth=depth, chains=chains, n=n, seed=seed)
     if export is not None:
         from stackedheads.llm.export import export_questions
 
-        from stackedheads.storage import RunFolder
+        from stackedheads.state.write import RunFolder
 
         with RunFolder(export, "prompts export").lock("prompts --export"):  # no other process writes it meanwhile
             written = export_questions(questions, export)
@@ -60,7 +60,7 @@ def prompts_cmd(
     if out is None:
         sys.stdout.write(lines)
     else:
-        from stackedheads.storage import atomic_write_text
+        from stackedheads.state.write import atomic_write_text
 
         atomic_write_text(out, lines)
         console.print(f"wrote {len(questions)} questions to {shown(out)}")
@@ -76,7 +76,7 @@ def theory_cmd(
     from stackedheads import theory
 
     if out is not None:
-        from stackedheads.storage import RunFolder
+        from stackedheads.state.write import RunFolder
 
         RunFolder(out, "theory table").check()  # not into another output's folder, before the work
     rows = theory.theory_table(max_depth)
@@ -92,7 +92,7 @@ def theory_cmd(
             table.add_row(str(r.depth), str(r.paper_bound), str(r.min_layers), str(r.min_layers_causal), per)
         Console().print(table)
     if out is not None:
-        from stackedheads.storage import RunFolder
+        from stackedheads.state.write import RunFolder
 
         with RunFolder(out, "theory table").lock("theory"):  # no other process writes the folder meanwhile
             written = theory.save_table(rows, out)

@@ -36,7 +36,7 @@ def train_cmd(
     Every field of the training configuration is an option and overrides the preset.
     """
     from stackedheads import presets
-    from stackedheads.storage import RunFolder
+    from stackedheads.state.write import RunFolder
     from stackedheads.training import train
 
     cfg = presets.get(preset, recipe).override(**config_overrides(fields))
@@ -73,8 +73,8 @@ app.command("train")(_with_config_options(train_cmd))
 def _sweep_runner(name: str, executor: str, ray_address, ray_cpus_per_job: float, workers, threads):
     """The progress display, the executor and the per-job callback every sweep verb uses: local
     jobs report every step; Ray tasks run elsewhere, so a bar counts finished jobs instead."""
-    from stackedheads.executors import make_executor
-    from stackedheads.perf import check_threads
+    from stackedheads.execution.executors import make_executor
+    from stackedheads.execution.process import check_threads
 
     check_threads(workers, "workers")  # processes at once: the threads rule (1 to 4 per core)
 
@@ -105,14 +105,15 @@ def sweep_figure4_cmd(
     threads: Optional[int] = typer.Option(None, "--threads", help=THREADS_HELP),
 ) -> None:
     """IC vs non-IC over layers x seeds: summary.csv, Figure 4 and the claims of Section 7.2."""
-    from stackedheads import presets, sweep
+    from stackedheads import presets
+    from stackedheads.sweeps import figure4
     from stackedheads.claims import claims_table, sec7
 
     spec = presets.figure4(preset, device=device, dtype=dtype)
     bar, runner, on_done = _sweep_runner("figure4", executor, ray_address, ray_cpus_per_job, workers, threads)
     apply_threads(threads, spec.base.device)  # as train: local jobs may run in this process
     with bar:
-        sweep.run_figure4(spec, out, runner, on_done=on_done)
+        figure4.run_figure4(spec, out, runner, on_done=on_done)
     result = sec7.write_claims(out)
     Console().print(claims_table(sec7.figure4_claims(result), "Claims of Section 7.2 (Figure 4)"))
     console.print(f"summary: {shown(out / 'summary.csv')}  claims: {shown(out / 'claims.json')}  figure: {shown(out / 'figure4.png')}")
@@ -135,7 +136,8 @@ def sweep_depth_cmd(
     threads: Optional[int] = typer.Option(None, "--threads", help=THREADS_HELP),
 ) -> None:
     """Beyond the paper: IC runs over D x layers, the depth phase diagram beside the exact theory, claims D1-D2."""
-    from stackedheads import depth, presets
+    from stackedheads import presets
+    from stackedheads.sweeps import depth
     from stackedheads.claims import beyond, claims_table
 
     spec = presets.depth(

@@ -47,7 +47,7 @@ from stackedheads.llm.runlog import (
     stored,
 )
 from stackedheads.llm.scoring import normalise, parse_answer, summarize
-from stackedheads.storage import RunFolder, atomic_write_json
+from stackedheads.state.write import RunFolder, atomic_write_json
 from stackedheads.tasks import prompts
 from stackedheads.tasks.formulations import FORMULATIONS
 from stackedheads.tasks.prompts import Question

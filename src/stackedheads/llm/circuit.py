@@ -430,8 +430,8 @@ def run_circuit(cfg: CircuitConfig, out: str | Path, lm=None, progress: Callable
     """Analyse ``cfg.n`` questions into ``out`` (resuming the questions already there) and write
     ``summary.json`` and the figures; ``lm`` a :class:`~stackedheads.llm.torchlm.TorchLM` (else
     loaded from ``cfg.model`` by ``load``)."""
-    from stackedheads.locks import FolderLock
-    from stackedheads.storage import atomic_write_json
+    from stackedheads.state.locks import FolderLock
+    from stackedheads.state.write import atomic_write_json
     from stackedheads.tasks import prompts
 
     out = Path(out)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from stackedheads.plots import pyplot, save_figure
+from stackedheads.report.plots import pyplot, save_figure
 
 HOP_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
 

@@ -1,6 +1,6 @@
 """``llm-circuit``'s method on the project's own twins, to check it against App. E's discovery.
 
-The twins (:class:`~stackedheads.model.EnsembleTransformer` on the vector task of Sec. 6) have
+The twins (:class:`~stackedheads.model.transformer.EnsembleTransformer` on the vector task of Sec. 6) have
 one attention head per layer in Sec. 8-9, so a head's output is its layer's attention output:
 patching it is replacing what the layer's attention adds to the residual stream. Counterfactual
 ``k`` changes one link of query slot 0's chain, as for the language models: the second token of

@@ -22,8 +22,8 @@ from typing import Any
 from stackedheads.errors import UsageError
 from stackedheads.llm.runlog import CONFIG, SAMPLES, check_records, load_records
 from stackedheads.llm.scoring import summarize
-from stackedheads.plots import save_figure
-from stackedheads.storage import atomic_write_json, atomic_write_text, read_state_json
+from stackedheads.report.plots import save_figure
+from stackedheads.state.write import atomic_write_json, atomic_write_text, read_state_json
 from stackedheads.tasks.formulations import FORMULATIONS
 
 __all__ = ["compare", "depth_formulations", "load_run", "model_dir_name", "table_markdown"]
@@ -130,7 +130,7 @@ def _chance_curve(ax, runs: Sequence[dict[str, Any]], formulation: str) -> None:
 
 def plot_comparison(runs: Sequence[dict[str, Any]], out: Path) -> list[str]:
     """Figure 2 for several models (see the module docstring), PNG and SVG."""
-    from stackedheads.plots import pyplot
+    from stackedheads.report.plots import pyplot
 
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.4), gridspec_kw={"width_ratios": [1.3, 1]})
@@ -178,7 +178,7 @@ def plot_comparison(runs: Sequence[dict[str, Any]], out: Path) -> list[str]:
 
 def plot_depth(runs: Sequence[dict[str, Any]], out: Path) -> list[str]:
     """Accuracy vs D for each formulation with a variable depth, one line per model."""
-    from stackedheads.plots import pyplot
+    from stackedheads.report.plots import pyplot
 
     plt = pyplot()
     names = depth_formulations()

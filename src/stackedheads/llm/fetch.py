@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stackedheads.errors import UsageError
-from stackedheads.storage import FolderLock, atomic_write_json, read_state_json
+from stackedheads.state.write import FolderLock, atomic_write_json, read_state_json
 
 __all__ = [
     "Chunk",

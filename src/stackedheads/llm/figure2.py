@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from stackedheads.plots import pyplot, save_figure
+from stackedheads.report.plots import pyplot, save_figure
 from stackedheads.tasks.formulations import FORMULATIONS
 
 __all__ = ["plot_figure2"]

@@ -24,7 +24,7 @@ from typing import Any
 
 from stackedheads.errors import UsageError, holds_secret, redact_written
 from stackedheads.llm.backends import Backend
-from stackedheads.storage import RunFolder, atomic_write_json
+from stackedheads.state.write import RunFolder, atomic_write_json
 from stackedheads.tasks.formulations import FORMULATIONS
 from stackedheads.tasks.prompts import Question
 

@@ -86,9 +86,9 @@ def generate_many(
 
 def check_seed(seed: object) -> None:
     """A user's question stream follows the seed rule of every seed (0 to 2**63-1, as
-    :func:`~stackedheads.storage.check_seeds`); the negative streams are the few-shot examples'."""
+    :func:`~stackedheads.state.write.check_seeds`); the negative streams are the few-shot examples'."""
     from stackedheads.errors import UsageError
-    from stackedheads.storage import MAX_SEED
+    from stackedheads.state.write import MAX_SEED
 
     if type(seed) is not int or not 0 <= seed <= MAX_SEED:
         raise UsageError(f"'seed' must be a whole number from 0 to 2**63-1, got {seed!r}", fields=("seed",))

@@ -60,7 +60,7 @@ class VectorTaskConfig:
     )})
 
     def __post_init__(self) -> None:
-        from stackedheads.checks import check_types
+        from stackedheads.validation import check_types
 
         check_types(self)  # first: the checks below compare numbers (pe_base=inf, chains=None)
         if self.chains < 1:

@@ -13,7 +13,7 @@ The run folder is self-describing:
 One module per concern: :mod:`.config` (what a job is), :mod:`.data` (its batches),
 :mod:`.evaluate` (losses, validation), :mod:`.optim` (AdamW), :mod:`.checkpoints`,
 :mod:`.metrics` (metrics.csv, summary.json) and :mod:`.loop` (the loop). The loop knows the
-model only through :class:`~stackedheads.model.EnsembleTransformer`'s constructor and forward.
+model only through :class:`~stackedheads.model.transformer.EnsembleTransformer`'s constructor and forward.
 
 The training recipe (Section 7.1: "following the recipe of Radford et al. (2019)") is explicit
 in :class:`OptimConfig`: warm-up, learning-rate schedule, per-member gradient clipping, Adam

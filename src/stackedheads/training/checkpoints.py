@@ -18,7 +18,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from stackedheads.errors import UsageError
-from stackedheads.model import EnsembleTransformer
+from stackedheads.model.transformer import EnsembleTransformer
 from stackedheads.training.config import TrainConfig
 
 
@@ -41,7 +41,7 @@ def checkpoint_for(run_dir: str | Path, step: int | None = None) -> Path:
     run_dir = Path(run_dir)
     if not (run_dir / "config.json").exists():
         raise UsageError(f"{run_dir} is not a run folder (no config.json)")
-    from stackedheads.storage import require_kind
+    from stackedheads.state.write import require_kind
 
     require_kind(run_dir, "training run")
     ckpts = dict(list_checkpoints(run_dir))
@@ -230,7 +230,7 @@ def _check_belongs(path: Path, meta: dict[str, str]) -> None:
     run_config = path.parent.parent / "config.json"
     if path.parent.name != "checkpoints" or not run_config.exists():
         return
-    from stackedheads.statefiles import parse_json, read_state_json
+    from stackedheads.state.read import parse_json, read_state_json
 
     try:
         have = TrainConfig.from_dict(parse_json(meta["config"], path, "a checkpoint's header"))

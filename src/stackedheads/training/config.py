@@ -2,7 +2,7 @@
 
 Three parts, each owned by the module that uses it: the task
 (:class:`~stackedheads.tasks.vectors.VectorTaskConfig`, Sec. 6-7), the architecture
-(:class:`~stackedheads.model_config.ModelConfig`, Sec. 7.1, 8.1, 9.1) and the optimiser and schedule
+(:class:`~stackedheads.model.config.ModelConfig`, Sec. 7.1, 8.1, 9.1) and the optimiser and schedule
 (:class:`OptimConfig`, "the recipe of Radford et al. (2019)"). What is left belongs to the run:
 seeds, batch, steps, evaluation and checkpoints, device.
 
@@ -19,11 +19,11 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 import torch
 
-from stackedheads.checks import check_types
+from stackedheads.validation import check_types
 from stackedheads.errors import UsageError
-from stackedheads.model_config import ModelConfig
-from stackedheads.perf import MAX_THREADS_PER_CORE, check_threads
-from stackedheads.validators import check_seeds
+from stackedheads.model.config import ModelConfig
+from stackedheads.execution.process import MAX_THREADS_PER_CORE, check_threads
+from stackedheads.validation import check_seeds
 from stackedheads.tasks.vectors import VectorTaskConfig
 
 # "tf32": float32 tensors, TensorFloat-32 matmuls on a CUDA GPU (10-bit mantissa products,

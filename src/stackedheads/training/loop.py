@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 
 from stackedheads.errors import UsageError
-from stackedheads.model import EnsembleTransformer
-from stackedheads.perf import torch_threads
-from stackedheads.provenance import record_segment
-from stackedheads.storage import RunFolder, atomic_write_json
+from stackedheads.model.transformer import EnsembleTransformer
+from stackedheads.execution.process import torch_threads
+from stackedheads.state.provenance import record_segment
+from stackedheads.state.write import RunFolder, atomic_write_json
 from stackedheads.tasks.vectors import Batch
 from stackedheads.training.checkpoints import (
     CheckpointWriter,

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from stackedheads.errors import UsageError
-from stackedheads.statefiles import read_state_json, read_text
-from stackedheads.storage import atomic_write_json, atomic_write_text
+from stackedheads.state.read import read_state_json, read_text
+from stackedheads.state.write import atomic_write_json, atomic_write_text
 from stackedheads.training.checkpoints import list_checkpoints
 from stackedheads.training.config import TrainConfig
 

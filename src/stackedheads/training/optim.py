@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from stackedheads.model import EnsembleTransformer
+from stackedheads.model.transformer import EnsembleTransformer
 from stackedheads.training.config import TrainConfig
 
 

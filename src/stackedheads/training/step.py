@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import torch
 
-from stackedheads.gradclip import clip_grad_norm_per_member_
-from stackedheads.model import EnsembleTransformer
+from stackedheads.training.gradclip import clip_grad_norm_per_member_
+from stackedheads.model.transformer import EnsembleTransformer
 from stackedheads.training.config import TrainConfig
 from stackedheads.training.evaluate import member_mse
 

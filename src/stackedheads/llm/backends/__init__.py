@@ -77,7 +77,7 @@ echo`` run it. The rules:
   failure retrying did not fix is a :class:`BackendError` (exit 1, answers kept). A network
   backend wraps its calls in :func:`call_with_retries`. A model computing in this process
   generates in :func:`run_in_thread` and ends a draw when its ``stop`` event is set (Ctrl-C
-  must reach the event loop); an option ``n_threads`` obeys :func:`stackedheads.perf.check_threads`
+  must reach the event loop); an option ``n_threads`` obeys :func:`stackedheads.execution.process.check_threads`
   (:func:`backend_options` applies it).
 - :class:`BackendSpec` has optional hooks: ``needs`` (a module ``reproduce`` checks before it
   starts), ``check`` (refuse a model or options without loading anything) and ``prepare``

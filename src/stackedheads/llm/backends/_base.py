@@ -173,7 +173,7 @@ def backend_options(name: str, options: dict[str, Any]) -> BackendOptions:
         if k not in taken:
             raise UsageError(f"'{k}' does not apply to backend {name}", fields=(k,))
     if "n_threads" in given:  # the rule of every verb that takes threads (train's too)
-        from stackedheads.perf import check_threads
+        from stackedheads.execution.process import check_threads
 
         check_threads(given["n_threads"], "n_threads")
     mode = given.get("mode")

@@ -44,7 +44,7 @@ class HFBackend:
             raise UsageError("backend hf needs transformers: pip install transformers") from None
         if mode not in MODES:
             raise UsageError(f"unknown mode {mode!r}; choose chat or completion")
-        from stackedheads.perf import check_threads
+        from stackedheads.execution.process import check_threads
 
         check_threads(n_threads, "n_threads")  # the rule of every verb that takes threads
         self._stop = threading.Event()  # set when the draw is cancelled (Ctrl-C): see run_in_thread

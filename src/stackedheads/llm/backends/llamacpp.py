@@ -68,7 +68,7 @@ class LlamaCppBackend:
             ) from None
         if mode not in MODES:
             raise UsageError(f"unknown mode {mode!r}; choose chat or completion")
-        from stackedheads.perf import check_threads
+        from stackedheads.execution.process import check_threads
 
         check_threads(n_threads, "n_threads")  # llama.cpp crashed at 100,000 threads and hung at 5,000
         check_n_ctx(n_ctx)
