@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from stackedheads.model.transformer import costs
+from stackedheads.model import costs
 from stackedheads.errors import UsageError
 from stackedheads.training.gradclip import clip_grad_norm_per_member_
 from stackedheads.model.costs import count_parameters, flops_per_step

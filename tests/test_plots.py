@@ -12,7 +12,7 @@ import pytest
 
 from conftest import is_figure
 
-from stackedheads.report.html import plots
+from stackedheads.report import plots
 
 
 def a_figure():
@@ -48,7 +48,7 @@ def test_keep_figures_hands_back_each_figure_whole(tmp_path):
 
 @pytest.mark.skipif(importlib.util.find_spec("matplotlib_inline") is None, reason="ipykernel (the `dev` extra) brings it")
 def test_a_notebooks_inline_backend_is_kept_and_any_other_becomes_agg():
-    code = ("import matplotlib; from stackedheads import plots; plots.pyplot(); "
+    code = ("import matplotlib; from stackedheads.report import plots; plots.pyplot(); "
             "print(matplotlib.get_backend())")
     for env_backend, want in (("module://matplotlib_inline.backend_inline", "inline"), ("svg", "agg")):
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,

@@ -47,6 +47,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from stackedheads.errors import UsageError
 from stackedheads.model.config import CHOICES, ModelConfig, _is_int
+from stackedheads.model.factored import factored_forward
 
 # A hook function: fn(activation, meta=..., hook_name=...) -> replacement or None (keep).
 HookFn = Callable[..., Tensor | None]
@@ -205,7 +206,7 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> T
     d_head = 16 and T = 28, d_head = 128), and T is a few dozen positions, so the explicit
     pattern costs little memory. There :func:`_explicit_attention`.
     """
-    if q.device.type == "cpu" and q.dtype != torch.float32:
+    if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
         return _explicit_attention(q, k, v, mask)
     # Not cuDNN's kernel: its backward failed at the sec9 shape on an H200 in bfloat16 (torch
     # 2.11, "mha_graph.execute(...).is_good()"); flash and memory-efficient cover these shapes.
@@ -227,9 +228,10 @@ def _explicit_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = N
     Tq, T, dh = q.shape[-2], k.shape[-2], q.shape[-1]
     if mask is None:
         mask = torch.ones(Tq, T, dtype=torch.bool, device=q.device).tril(T - Tq)
-    bias = torch.zeros(Tq, T, device=q.device).masked_fill_(~mask, float("-inf"))
+    bias = torch.zeros(Tq, T, device=q.device, dtype=torch.promote_types(q.dtype, torch.float32)).masked_fill_(~mask, float("-inf"))
+    wide = torch.promote_types(q.dtype, torch.float32)  # float32, or float64 for a float64 model
     with torch.autocast(q.device.type, enabled=False):  # float32 products, whatever autocast says
-        qf, kf, vf = (t.float().reshape(-1, t.shape[-2], dh) for t in (q, k, v))
+        qf, kf, vf = (t.to(wide).reshape(-1, t.shape[-2], dh) for t in (q, k, v))
         scores = torch.baddbmm(bias, qf, kf.transpose(1, 2), alpha=1.0 / math.sqrt(dh))
         z = torch.bmm(scores.softmax(dim=-1), vf)
     return z.view(*q.shape[:-1], dh).to(v.dtype)
@@ -400,11 +402,19 @@ class EnsembleTransformer(nn.Module):
         ``meta`` is not used by the forward pass; it is accepted so every entry point has
         the same signature, and :meth:`run_with_hooks` hands it to the hook functions.
         """
+        if self.factorable:
+            return factored_forward(self, self._inputs(x), _explicit_attention if x.device.type == "cpu" else _attention, LN_EPS)
         return self.run_from(self.embed(x))
 
-    def embed(self, x: Tensor) -> Tensor:
-        """The residual stream entering block 0, (E, B, T, d_model), for inputs as
-        :meth:`forward` takes them."""
+    @property
+    def factorable(self) -> bool:
+        """Whether :meth:`forward` may skip the residual stream (:mod:`stackedheads.model.factored`):
+        an attention-only model (Sec. 9.1) that nothing observes (no hook listening, not
+        ``slow_attention``); the same outputs to rounding."""
+        return not (self.config.mlp or self.slow_attention or any(block.observed for block in self.blocks))
+
+    def _inputs(self, x: Tensor) -> Tensor:
+        """Inputs as :meth:`forward` takes them, checked, as (E, B, T, d_in)."""
         E, cfg = self.n_members, self.config
         if x.ndim == 3:  # one batch for every member (e.g. a shared validation set)
             x = x.unsqueeze(0).expand(E, -1, -1, -1)
@@ -413,10 +423,16 @@ class EnsembleTransformer(nn.Module):
                 f"expected inputs (E={E}, B, T>={cfg.n_queries}, d_in={cfg.d_in}), "
                 f"got {tuple(x.shape)}"
             )
+        if self.W_pos is not None and x.shape[2] > cfg.n_ctx:
+            raise UsageError(f"inputs of {x.shape[2]} positions exceed the learned position table's {cfg.n_ctx}")
+        return x
+
+    def embed(self, x: Tensor) -> Tensor:
+        """The residual stream entering block 0, (E, B, T, d_model), for inputs as
+        :meth:`forward` takes them."""
+        x = self._inputs(x)
         h = ensemble_linear(x, self.W_in, self.b_in)  # (E, B, T, d_model)
         if self.W_pos is not None:
-            if x.shape[2] > cfg.n_ctx:
-                raise UsageError(f"inputs of {x.shape[2]} positions exceed the learned position table's {cfg.n_ctx}")
             h = h + self.W_pos[:, None, : x.shape[2]].to(h.dtype)
         return h
 
@@ -441,7 +457,7 @@ class EnsembleTransformer(nn.Module):
         # The readout runs in float32 whatever the compute dtype: it is N rows of the B x T the
         # step computes, and it is what the loss is taken of.
         with torch.autocast(h.device.type, enabled=False):
-            return self.ln_f.linear(h.float(), self.W_readout, self.b_readout)  # (E, B, N, d_out)
+            return self.ln_f.linear(h.to(self.W_readout.dtype), self.W_readout, self.b_readout)  # (E, B, N, d_out)
 
     # ------------------------------------------------------------------ hooks
 
