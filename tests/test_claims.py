@@ -523,7 +523,7 @@ def test_sweep_spec_layers_never_become_paths(tmp_path):
 
     spec = presets.figure4("smoke").to_dict()
     spec["layers"] = ["../../escape"]
-    (tmp_path / "figure4.json").write_text(json.dumps(spec))
+    (tmp_path / "sweep.json").write_text(json.dumps(spec))
     with pytest.raises(UsageError, match="expected an integer"):
         sec7.folder_claims(tmp_path)
 

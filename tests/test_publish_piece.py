@@ -42,10 +42,10 @@ def test_a_nested_name_publishes_under_its_section_with_the_stage_it_holds(cli, 
     assert r.code == 0, r.err
     ref = json.loads((results / "sec9" / "gpt2" / "reference.json").read_text())
     assert ref["name"] == "sec9/gpt2" and ref["commit"] == "7e32fd7"
-    assert "stackedheads seeds R --markdown --label gpt2 > R/recipe_screen.md" in ref["command"]
+    assert "stackedheads seeds R --markdown --label gpt2 > R/seeds.md" in ref["command"]
     assert (results / "sec9" / "gpt2" / "emergence" / "runs" / "transformer-D" / "metrics.csv").is_file()
     assert "[sec9/gpt2](sec9/gpt2/)" in (results / "README.md").read_text()
-    assert (results / "sec9" / "gpt2" / "recipe_screen.md").read_text().startswith("### gpt2 (sec9;")
+    assert (results / "sec9" / "gpt2" / "seeds.md").read_text().startswith("### gpt2 (sec9;")
 
 
 @pytest.mark.parametrize("name", ["../x", "sec9/../x", "/etc/x", "sec9//x", ".x"])

@@ -263,7 +263,7 @@ def test_results_sec9_decay_all_judges_as_the_readme_says_from_a_fresh_clone(tmp
 @pytest.mark.parametrize("name, trained, exempt", [("sec9/gpt2", [0, 1, 2, 3], ["norm", "bias"]), ("sec9/decay-all", [0, 1], [])])
 def test_results_sec9_is_the_whole_ensemble_and_re_judges_to_its_published_table(tmp_path, cli, name, trained, exempt):
     """Every seed the run trained has its circuit and timeline in the clone, and the per-seed
-    table computed from the tracked files alone is the one the run published (recipe_screen.md); the two
+    table computed from the tracked files alone is the one the run published (seeds.md); the two
     runs differ in the recipe only (which parameters escape weight decay)."""
     folder = fresh_copy(tmp_path, name)
     config = json.loads((folder / "emergence" / "runs" / "transformer-D" / "config.json").read_text())
@@ -274,7 +274,7 @@ def test_results_sec9_is_the_whole_ensemble_and_re_judges_to_its_published_table
         assert (folder / "emergence" / "timeline" / f"seed{s}" / "timeline.json").is_file()
     r = cli("seeds", folder, "--markdown")
     assert r.code == 0, r.err
-    assert r.out.strip() == (folder / "recipe_screen.md").read_text().strip()
+    assert r.out.strip() == (folder / "seeds.md").read_text().strip()
 
 
 def test_results_sec8_decides_a1_over_three_seeds_of_24000_steps_from_a_fresh_clone(tmp_path, cli):
@@ -297,7 +297,7 @@ def test_results_sec8_decides_a1_over_three_seeds_of_24000_steps_from_a_fresh_cl
         c["verdict"] for c in found.values()]
     r = cli("seeds", folder, "--markdown")
     assert r.code == 0, r.err
-    assert r.out.strip() == (folder / "recipe_screen.md").read_text().strip()
+    assert r.out.strip() == (folder / "seeds.md").read_text().strip()
     assert [c.id for c in references.load(folder)["claims"]] == ["A1", "A2", "A3", "A4", "A5"]
 
 
@@ -521,16 +521,16 @@ def test_a_title_or_command_that_is_not_utf8_is_one_line_and_writes_nothing(cli,
 
 
 def test_a_damaged_reference_is_named_in_its_place_and_the_others_load(tmp_path):
-    """With results/sec9/lr-3e-4/recipe_screen.md moved away, `reproduce` finished every stage and exited
+    """With results/sec9/lr-3e-4/seeds.md moved away, `reproduce` finished every stage and exited
     2 with no index.html, and so did `report`."""
     root = tmp_path / "results"
     for name in ("sec9/lr-3e-4", "sec8/tl-stack"):
         shutil.copytree(ROOT / "results" / name, root / name)
-    (root / "sec9" / "lr-3e-4" / "recipe_screen.md").unlink()
+    (root / "sec9" / "lr-3e-4" / "seeds.md").unlink()
     loaded = {r["name"]: r for r in references.load_all(root)}
     assert set(loaded) == {"sec9/lr-3e-4", "sec8/tl-stack"}
     damaged = loaded["sec9/lr-3e-4"]
-    assert "damaged" in damaged["title"] and "recipe_screen.md" in damaged["notes"] and damaged["claims"] == []
+    assert "damaged" in damaged["title"] and "seeds.md" in damaged["notes"] and damaged["claims"] == []
     assert "damaged" not in loaded["sec8/tl-stack"] and loaded["sec8/tl-stack"]["claims"]
 
 

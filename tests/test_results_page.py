@@ -1,5 +1,5 @@
 """docs/results.md says what the tracked results hold: a per-seed table's verdicts are the
-claims' (``recipe_screen.md``: the verdict each claim leads with; a reading named in a column's header,
+claims' (``seeds.md``: the verdict each claim leads with; a reading named in a column's header,
 "E3 (first-path; hurt-most)", from ``claims.json``), the screen's table is what
 ``stackedheads seeds results/sec9/* --markdown`` prints, and "Distance D" in a recipe's section
 is that recipe's median distance."""
@@ -67,9 +67,9 @@ def outside_parentheses(cell: str) -> str:
 
 
 def primary_verdicts(name: str) -> dict[tuple[str, str], str]:
-    """(seed, claim) -> verdict from the result's recipe_screen.md (the verdict each claim leads with:
+    """(seed, claim) -> verdict from the result's seeds.md (the verdict each claim leads with:
     its primary reading's, or its robust one where the paper's words choose no reading)."""
-    (table, *_) = [t for t in tables((RESULTS / name / "recipe_screen.md").read_text().splitlines()) if t[0][0] == "seed"]
+    (table, *_) = [t for t in tables((RESULTS / name / "seeds.md").read_text().splitlines()) if t[0][0] == "seed"]
     head = table[0]
     return {(row[0], h): v for row in table[1:] for h, v in zip(head, row) if re.fullmatch(r"[AE]\d", h)}
 

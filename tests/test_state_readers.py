@@ -1,4 +1,4 @@
-"""The verbs reading a finished folder's state files (done.json, config.json, figure4.json,
+"""The verbs reading a finished folder's state files (done.json, config.json, sweep.json,
 summaries): what is damaged or impossible is one line naming the file, and a read-only verb
 writes nothing. metrics.csv's reader: test_state_files.py."""
 
@@ -46,11 +46,11 @@ def test_claims_on_a_sweep_with_a_negative_seed_names_sweep_json_and_writes_noth
 
     spec = presets.figure4("smoke").to_dict()
     spec["seeds"] = [-1]
-    (tmp_path / "figure4.json").write_text(json.dumps(spec))
+    (tmp_path / "sweep.json").write_text(json.dumps(spec))
     before = _snapshot(tmp_path)
     code, _, err = cli("claims", tmp_path)
     assert code == 2 and one_error(err), err
-    assert str(tmp_path / "figure4.json") in err and "seeds" in err
+    assert str(tmp_path / "sweep.json") in err and "seeds" in err
     assert "rebuilt" not in err and "retrain" not in err
     assert _snapshot(tmp_path) == before
 

@@ -156,7 +156,7 @@ def test_sweep_folder_locked(tmp_path, held):
     held(tmp_path / "sw")
     with pytest.raises(UsageError, match="in use by pid"):
         figure4.run_figure4(presets.figure4("smoke"), tmp_path / "sw")
-    assert not (tmp_path / "sw" / "figure4.json").exists()
+    assert not (tmp_path / "sw" / "sweep.json").exists()
 
 
 def test_sweep_rebuilds_a_damaged_run_summary(ckpt_run, tmp_path):

@@ -42,7 +42,7 @@ _RUN_GLOBS = ("runs/*/*.json", "runs/*/*.jsonl", "runs/*/*.csv", "discovered/*/*
               "discovered/*/*.svg")
 _DISCOVER = "stackedheads circuit discover RUN {discover} --out R/{stage}/discovered"
 _TAIL = ("(RUN's config.json, summary.json, metrics.csv, segments.jsonl copied to R/{stage}/runs/{run}); "
-         "stackedheads claims R --json > R/claims.json; stackedheads seeds R --markdown --label {label} > R/recipe_screen.md")
+         "stackedheads claims R --json > R/claims.json; stackedheads seeds R --markdown --label {label} > R/seeds.md")
 
 
 @dataclass(frozen=True)
@@ -331,7 +331,7 @@ def publish_piece(a: Piece) -> tuple[Path, references.Reference]:
             atomic_write_json(folder / "timeline" / "summary.json", timeline_summary(folder / "timeline", cfg, run))
         found = claims.folder_claims(stage)
         atomic_write_text(stage / "claims.json", json.dumps([c.to_dict() for c in found], indent=2) + "\n")
-        atomic_write_text(stage / "recipe_screen.md", recipe_screen.markdown(recipe_screen.collect_seeds([stage], [label])))
+        atomic_write_text(stage / "seeds.md", recipe_screen.markdown(recipe_screen.collect_seeds([stage], [label])))
 
         ordered = sorted(runs.iterdir(), key=lambda p: (p.name != st.run, _seeds(p)))
         if ref is None:
