@@ -90,9 +90,9 @@ def test_publish_keeps_what_claims_judges_for_every_kind(cli, kinds, tmp_path, k
 
 
 def test_publish_refuses_a_copy_that_would_judge_otherwise(cli, kinds, tmp_path, monkeypatch):
-    from stackedheads.publishing import references
+    from stackedheads.publishing import publish
 
-    monkeypatch.setitem(references._NEEDS, "figure4 sweep", ())  # a publish that keeps none of the files its claims read
+    monkeypatch.setitem(publish._NEEDS, "figure4 sweep", ())  # a publish that keeps none of the files its claims read
     refused(cli("publish", kinds / "figure4", "--name", "t1", *PUBLISH, "--results", tmp_path / "res"), "--include")
     assert not (tmp_path / "res").exists()
 

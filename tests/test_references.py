@@ -1,4 +1,4 @@
-"""Reference results (references.py, `stackedheads publish`): what results/ keeps is what a fresh
+"""Reference results (publishing/: references.py, publish.py, index.py; `stackedheads publish`): what results/ keeps is what a fresh
 clone has, publish never reaches outside its source or writes what git ignores, and
 the tracked references judge as the README says."""
 
@@ -14,6 +14,9 @@ import pytest
 
 from stackedheads import claims
 from stackedheads.publishing import references
+from stackedheads.publishing.index import INDEX_FILE, index_markdown
+from stackedheads.publishing.publish import destination
+from stackedheads.publishing.publish import publish as publish_reference
 from stackedheads.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -344,8 +347,8 @@ def test_results_readme_is_what_the_tracked_references_write(tmp_path):
         if rel.endswith("/" + references.REFERENCE_FILE):
             (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(ROOT / rel, tmp_path / rel)
-    expected = references.index_markdown(tmp_path / "results")
-    assert (ROOT / "results" / references.INDEX_FILE).read_text(encoding="utf-8") == expected, (
+    expected = index_markdown(tmp_path / "results")
+    assert (ROOT / "results" / INDEX_FILE).read_text(encoding="utf-8") == expected, (
         "results/README.md is stale: run `stackedheads results-index`")
     for rel in tracked("results"):
         if rel.endswith("/" + references.REFERENCE_FILE):
@@ -359,14 +362,14 @@ def test_publish_keeps_the_index_current_and_escapes_titles(cli, tmp_path):
     r = cli("publish", src, "--name", "ref", "--title", "a | b <img src=x onerror=alert(1)>", "--command", "c",
             "--commit", "0" * 40, "--results", results, "--wall-s", "7200", *INCLUDE)
     assert r.code == 0, r.err
-    index = (results / references.INDEX_FILE).read_text()
+    index = (results / INDEX_FILE).read_text()
     assert "| [ref](ref/) | a \\| b &lt;img src=x onerror=alert(1)> |" in index and "| 2.0 h |" in index
-    assert index == references.index_markdown(results)
+    assert index == index_markdown(results)
     # a reference that went away leaves the index when it is written again
     shutil.rmtree(results / "ref")
     r = cli("results-index", "--results", results)
     assert r.code == 0, r.err
-    assert "[ref]" not in (results / references.INDEX_FILE).read_text()
+    assert "[ref]" not in (results / INDEX_FILE).read_text()
     r = cli("results-index", "--results", tmp_path / "nowhere")
     refused(r, "is not a folder")
 
@@ -374,20 +377,20 @@ def test_publish_keeps_the_index_current_and_escapes_titles(cli, tmp_path):
 @pytest.mark.parametrize("name", ["../x", "sec9/../x", "/abs", "a//b", "", "sec9/", ".hidden", "a b"])
 def test_a_reference_name_stays_under_the_results_folder(tmp_path, name):
     with pytest.raises(UsageError, match="folder names under the results folder"):
-        references.destination(tmp_path / "results", name)
+        destination(tmp_path / "results", name)
 
 
 def test_a_nested_reference_is_named_by_its_path_and_indexed_at_the_results_folder(tmp_path):
     src = a_run(tmp_path / "src")
     root = tmp_path / "results"
-    dest = references.destination(root, "sec9/tl-stack+lr-3e-4")
-    ref = references.publish(src, dest, name="sec9/tl-stack+lr-3e-4", title="t", command="c", commit="0" * 40,
-                             wall_s=1.0, include=("circuits/runs/*/*.json",))
+    dest = destination(root, "sec9/tl-stack+lr-3e-4")
+    ref = publish_reference(src, dest, name="sec9/tl-stack+lr-3e-4", title="t", command="c", commit="0" * 40,
+                            wall_s=1.0, include=("circuits/runs/*/*.json",))
     assert ref.name == "sec9/tl-stack+lr-3e-4" == json.loads((dest / "reference.json").read_text())["name"]
-    assert "[sec9/tl-stack+lr-3e-4](sec9/tl-stack+lr-3e-4/)" in (root / references.INDEX_FILE).read_text()
-    assert not (root / "sec9" / references.INDEX_FILE).exists()
+    assert "[sec9/tl-stack+lr-3e-4](sec9/tl-stack+lr-3e-4/)" in (root / INDEX_FILE).read_text()
+    assert not (root / "sec9" / INDEX_FILE).exists()
     with pytest.raises(UsageError, match="is not where reference"):
-        references.publish(src, root / "elsewhere", name="sec9/x", title="t", command="c", commit="0" * 40, wall_s=1.0)
+        publish_reference(src, root / "elsewhere", name="sec9/x", title="t", command="c", commit="0" * 40, wall_s=1.0)
 
 
 # --- publish: staging, sources, what git ignores ---------------------------------------------------

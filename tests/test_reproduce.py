@@ -74,8 +74,9 @@ def test_a_published_emergence_stage_is_judged_in_the_reference_section(smoke, t
     re-judged from the kept files alone (as the run judged them), and the stages it did not run
     are left out of the reference section instead of listed as NOT RUN."""
     from stackedheads.publishing import references
+    from stackedheads.publishing.publish import publish
 
-    ref = references.publish(
+    ref = publish(
         smoke, tmp_path / "results" / "sec9", title="Transformer D (smoke)", command="c", commit="0" * 40, wall_s=1.0,
         include=("emergence/done.json", "emergence/runs/transformer-D/*.json", "emergence/runs/transformer-D/metrics.csv",
                  "emergence/discovered/seed*/*", "emergence/timeline/seed*/*"),

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from stackedheads.publishing import references
+from stackedheads.publishing import index, references
 from stackedheads.cli._app import app, console, out_path, shown
 from stackedheads.errors import UsageError
 
@@ -20,7 +20,7 @@ def results_index_cmd(
     root = results or references.REPOSITORY_RESULTS
     if not root.is_dir():
         raise UsageError(f"{root} is not a folder")
-    console.print(f"{shown(references.write_index(root))}: {len(references.reference_folders(root))} references")
+    console.print(f"{shown(index.write_index(root))}: {len(references.reference_folders(root))} references")
 
 
 @app.command("publish-piece")

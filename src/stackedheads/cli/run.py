@@ -228,9 +228,11 @@ def publish_cmd(
 
     Refuses, before writing anything, a file that git would ignore in results/ (a clone would lack it), an
     unfinished or locked run, and a copy whose claims would read otherwise than the run's."""
+    from stackedheads.publishing.publish import destination, publish
+
     root = results or references.REPOSITORY_RESULTS
-    dest = references.destination(root, name)
-    ref = references.publish(run_dir, dest, title=title, command=command,
+    dest = destination(root, name)
+    ref = publish(run_dir, dest, title=title, command=command,
                              commit=git_commit() if commit is None else commit,  # an empty --commit is refused, not HEAD
                              wall_s=wall_s, notes=notes, include=tuple(include), name=name)
     console.print(f"{shown(dest)}: {len(ref.files)} files kept")

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from stackedheads.state import pieces
 from stackedheads.publishing import references
+from stackedheads.publishing.publish import Reference, destination, publish
 from stackedheads.errors import UsageError
 from stackedheads.state.layout import CIRCUITS_RUN, EMERGENCE_RUN
 from stackedheads.state.write import (
@@ -267,7 +268,7 @@ def _stage_of(a: Piece) -> str:
     return SECTION_STAGE[section]
 
 
-def publish_piece(a: Piece) -> tuple[Path, references.Reference]:
+def publish_piece(a: Piece) -> tuple[Path, Reference]:
     """Publish the piece ``a``; return where and the reference written. Everything is checked
     before RESULTS/NAME changes; nothing is written on a refusal."""
     from stackedheads import claims
@@ -282,7 +283,7 @@ def publish_piece(a: Piece) -> tuple[Path, references.Reference]:
     if wrong := next((k for k, v in extra.items() if v and k != st.second), None):
         raise UsageError(f"--{wrong} belongs to the {next(n for n, x in STAGES.items() if x.second == wrong)} stage, not {kind}")
     root = a.results or references.REPOSITORY_RESULTS
-    dest = references.destination(root, a.name)
+    dest = destination(root, a.name)
     run = a.run
     if re.search(r"\bSeeds? \d|partial losses below|final val MSE", a.note):
         # the piece's sentence already says these from its files: a note repeating them read twice
@@ -350,6 +351,6 @@ def publish_piece(a: Piece) -> tuple[Path, references.Reference]:
             f"(config.json, summary.json, metrics.csv, segments.jsonl to R/{kind}/runs/{p.name})" for p in ordered[1:])
         wall = sum(_wall(p) for p in ordered)
         include = tuple(f"{kind}/{g}" for g in st.include if any(folder.glob(g)))
-        written = references.publish(stage, dest, name=a.name, title=a.title or str(ref.get("title", "")), command=command,
+        written = publish(stage, dest, name=a.name, title=a.title or str(ref.get("title", "")), command=command,
                                      commit=first_commit, wall_s=round(wall, 3), notes=notes, include=include)
     return dest, written

@@ -4,7 +4,7 @@ The same seed gives the same bytes only on the same commit, machine, thread coun
 and a paper-size training outlives a session: it is resumed from checkpoints, sometimes on
 another machine or at a later commit. So a training run appends one line per
 start or resume to its ``segments.jsonl`` (:func:`record_segment`), and steps ``[from_step,
-next from_step)`` ran where that line says; :func:`~stackedheads.publishing.references.publish` records
+next from_step)`` ran where that line says; :func:`~stackedheads.publishing.publish.publish` records
 the publishing machine the same way.
 """
 

@@ -154,7 +154,7 @@ class Timeline(_Schema):
 # --- a reference ----------------------------------------------------------------------------------
 
 class ReferenceFile(_Schema):
-    """A reference's reference.json (references.Reference)."""
+    """A reference's reference.json (:class:`stackedheads.publishing.publish.Reference`)."""
 
     name: Text
     title: Annotated[Text, Field(min_length=1)]
