@@ -118,3 +118,53 @@ def test_the_package_root_shows_the_pipeline() -> None:
     for one, other in (("checks", "validators"), ("statefiles", "storage")):
         assert not {one, other} <= names, (one, other)
     assert not (root / "claims" / "circuits.py").exists()  # a module named like the circuits/ package
+
+
+# Entry points that are no command line: `python -m stackedheads` runs the CLI, and the local
+# executor starts `python -m stackedheads.execution.worker` with a job as JSON on stdin.
+ENTRY_POINTS = {"stackedheads.__main__", "stackedheads.execution.worker"}
+PARSERS = {"argparse", "click", "typer", "optparse", "getopt", "fire"}
+
+
+def _command_line_in(path: Path) -> list[str]:
+    """What in a module makes a command line: a parser's import, or a ``__main__`` guard."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        found += [f"imports {n}" for n in names if n.split(".")[0] in PARSERS]
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == "__name__" \
+                and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in node.comparators):
+            found.append("has a __main__ guard")
+    return found
+
+
+def test_no_command_line_lives_outside_the_cli() -> None:
+    """Every verb is the typer app's (cli/): a module elsewhere with its own parser or __main__
+    would be a command line that --help does not list (docs/architecture.md, the layout's rules)."""
+    problems = [f"{name}: {what}" for name, path in _modules().items()
+                if not name.startswith("stackedheads.cli") and name not in ENTRY_POINTS for what in _command_line_in(path)]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_command_line_check_finds_a_parser_and_a_main_guard(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("def main():\n    import argparse\n\nif __name__ == '__main__':\n    main()\n")
+    assert _command_line_in(module) == ["imports argparse", "has a __main__ guard"]
+    module.write_text("import json\nname = __name__\n")
+    assert _command_line_in(module) == []
+
+
+def test_the_maintainers_verbs_are_cli_maintain_s_and_its_only_ones() -> None:
+    """publish, publish-piece and results-index: defined in cli/maintain.py, which defines no
+    other verb, and listed in --help's last panel."""
+    import typer
+
+    from stackedheads.cli import app
+    from stackedheads.cli._app import VERB_PANELS
+
+    group = typer.main.get_command(app)
+    in_maintain = sorted(name for name, cmd in group.commands.items()
+                         if getattr(cmd.callback, "__module__", "") == "stackedheads.cli.maintain")
+    assert in_maintain == ["publish", "publish-piece", "results-index"]
+    assert sorted(v for v, _ in VERB_PANELS[-1][1]) == in_maintain

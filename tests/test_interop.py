@@ -28,7 +28,6 @@ from stackedheads.interop import (  # noqa: E402
     check_run,
     from_transformer_lens,
     hooked_config,
-    main,
     model_to_transformer_lens,
     to_transformer_lens,
     write_run,
@@ -258,22 +257,36 @@ def test_ablation_losses_recomputed_with_transformer_lens_equal_circuit_validate
     print(f"ablation losses: largest difference {largest:.1e}")
 
 
-def test_the_check_command_prints_both_columns(trained, capsys):
+def test_circuit_validate_with_transformer_lens_prints_both_columns(trained, cli):
     run, circuits = trained
-    assert main(["check", str(run), "--circuit", str(circuits / "seed1" / "circuit.json"), "--n-val", "64"]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("seed 1: val MSE under each ablation") and "largest difference" in out
-    assert re.search(r"^  none +\d\.\d{6} +\d\.\d{6}$", out, re.M) and re.search(r"^  combined +\d", out, re.M)
-    assert main(["check", str(run), "--circuit", str(run / "nothing.json")]) == 2
-    assert "no circuit file" in capsys.readouterr().err
+    circuit = circuits / "seed1" / "circuit.json"
+    r = cli("circuit", "validate", run, "--circuit", circuit, "--n-val", "64", "--transformer-lens")
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    assert "seed 1: val MSE under each ablation" in r.out and lines[-1].startswith("largest difference (losses and partial losses): ")
+    assert re.search(r"^│ none +│ \d\.\d{6} +│ \d\.\d{6} +│$", r.out, re.M), r.out
+    assert re.search(r"^│ combined +│ \d\.\d{6} +│ \d\.\d{6} +│$", r.out, re.M), r.out
+    ours = validate_run(run, circuit, n_val=64)
+    assert f"{ours[0].loss:.6f}" in next(s for s in lines if s.startswith("│ none "))  # the left column is circuit validate's
+    r = cli("circuit", "validate", run, "--circuit", run / "nothing.json", "--transformer-lens")
+    assert r.code == 2 and r.out == "" and "no circuit file" in r.err and len(r.err.splitlines()) == 1
 
 
 @pytest.mark.parametrize("n_val", ["0", "-5"])
-def test_the_check_command_refuses_a_count_of_sequences_below_one(trained, capsys, n_val):
+@pytest.mark.parametrize("with_tl", [[], ["--transformer-lens"]], ids=["ours", "transformer-lens"])
+def test_circuit_validate_refuses_a_count_of_sequences_below_one(trained, cli, n_val, with_tl):
     run, circuits = trained
-    assert main(["check", str(run), "--circuit", str(circuits / "seed1" / "circuit.json"), "--n-val", n_val]) == 2
-    captured = capsys.readouterr()
-    assert captured.out == "" and captured.err == f"error: n_val must be a whole number >= 1, got {n_val}\n"
+    r = cli("circuit", "validate", run, "--circuit", circuits / "seed1" / "circuit.json", "--n-val", n_val, *with_tl)
+    assert r.code == 2 and r.out == ""
+    assert len(r.err.splitlines()) == 1 and r.err.startswith("stackedheads: error: Invalid value for '--n-val'"), r.err
+
+
+def test_circuit_validate_without_transformer_lens_installed_is_one_line(trained, cli, monkeypatch):
+    run, circuits = trained
+    monkeypatch.setitem(sys.modules, "transformer_lens", None)  # import fails as if not installed
+    r = cli("circuit", "validate", run, "--circuit", circuits / "seed1" / "circuit.json", "--transformer-lens")
+    assert (r.code, r.out) == (2, "")
+    assert r.err == "stackedheads: error: TransformerLens is not installed: pip install 'stackedheads[interop]'\n"
 
 
 @pytest.mark.parametrize("n_val", [0, -5, True, 2.5, "64"])
@@ -359,15 +372,12 @@ def test_the_docs_example_runs_as_written(tmp_path, monkeypatch, cli):
             args = line.split()
             if not args or args[0] == "pip" or "results/sec9" in line:
                 continue
-            if args[0] == "stackedheads":
-                code, _, err = cli(*args[1:])
-                assert code == 0, f"{line}: {err}"
-            else:
-                assert args[:3] == ["python", "-m", "stackedheads.interop"], line
-                assert main(args[3:]) == 0, line
-            ran.append(" ".join(args[:3]))
+            assert args[0] == "stackedheads", line
+            code, _, err = cli(*args[1:])
+            assert code == 0, f"{line}: {err}"
+            ran.append(" ".join(args[:3]) + " --transformer-lens" * ("--transformer-lens" in args))
     assert ran == ["stackedheads train --preset", "python", "stackedheads circuit discover",
-                   "stackedheads circuit validate", "python -m stackedheads.interop"]
+                   "stackedheads circuit validate", "stackedheads circuit validate --transformer-lens"]
     assert (tmp_path / "runs" / "sec9-smoke-edited" / "config.json").exists()
     assert "circuits-vis" in (tmp_path / "attention.html").read_text()
 

@@ -24,7 +24,7 @@ judged by the project's own tools.
 And an independent check of circuit validation (App. E, steps 5-6): :func:`ablation_losses`
 recomputes every row of ``circuit validate`` through TransformerLens's forward pass and hooks
 (the replaced rows, uniform ones included, set at ``hook_pattern``) and its own MSE;
-:func:`check_run` puts both side by side (``python -m stackedheads.interop check RUN --circuit FILE``).
+:func:`check_run` puts both side by side (``stackedheads circuit validate RUN --circuit FILE --transformer-lens``).
 Its pieces serve a notebook too (docs/tutorial.ipynb, part 4): :func:`partial_losses` is the val
 MSE per chain position under any TL hooks, :func:`uniform_attention_hook` App. E's ablation of one head.
 
@@ -383,6 +383,7 @@ def check_run(run_dir: str | Path, circuit: str | Path, checkpoint: int | None =
     from stackedheads.training import checkpoint_for, load_model, validation_batch
 
     _whole("n_val", n_val, least=1)  # a slice [:0] is empty and [:-5] keeps all but five
+    _tl()  # one line before anything is computed
     ours = validate_run(run_dir, circuit, checkpoint=checkpoint, n_val=n_val)
     spec = Circuit.load(circuit)
     model, cfg, _ = load_model(checkpoint_for(run_dir, checkpoint))
@@ -393,32 +394,3 @@ def check_run(run_dir: str | Path, circuit: str | Path, checkpoint: int | None =
         raise AssertionError("the two tables list other ablations: update interop._ablations to loss_table's")
     diff = max(max(abs(a.loss - b.loss), *(abs(p - q) for p, q in zip(a.partial, b.partial))) for a, b in zip(ours, theirs))
     return {"seed": seed, "rows": [(str(a.ablation), a, b) for a, b in zip(ours, theirs)], "max_diff": diff}
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m stackedheads.interop check RUN --circuit FILE [--checkpoint STEP] [--n-val N]``."""
-    import argparse
-    import sys
-
-    parser = argparse.ArgumentParser(prog="python -m stackedheads.interop")
-    sub = parser.add_subparsers(dest="verb", required=True)
-    check = sub.add_parser("check", help="circuit validate's losses beside TransformerLens's recomputation")
-    check.add_argument("run_dir", type=Path)
-    check.add_argument("--circuit", type=Path, required=True)
-    check.add_argument("--checkpoint", type=int, default=None)
-    check.add_argument("--n-val", type=int, default=512)
-    args = parser.parse_args(argv)
-    try:
-        result = check_run(args.run_dir, args.circuit, args.checkpoint, args.n_val)
-    except UsageError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(f"seed {result['seed']}: val MSE under each ablation, by circuit validate and by TransformerLens")
-    for name, a, b in result["rows"]:
-        print(f"  {name:<40} {a.loss:>10.6f} {b.loss:>10.6f}")
-    print(f"largest difference (losses and partial losses): {result['max_diff']:.2e}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -19,7 +19,7 @@ from stackedheads.execution.process import set_openmp_policy
 set_openmp_policy()
 
 # isort: off
-from stackedheads.cli import llm, mechanisms, results, run, tasks, training  # noqa: E402, F401  (they add the verbs)
+from stackedheads.cli import llm, maintain, mechanisms, run, tasks, training  # noqa: E402, F401  (they add the verbs)
 from stackedheads.cli._app import app, flag_text  # noqa: E402
 from stackedheads.errors import UsageError  # noqa: E402
 # isort: on

@@ -87,11 +87,29 @@ def circuit_validate_cmd(
     run_dir: Path = typer.Argument(..., help="A run folder."),
     circuit: Path = typer.Option(..., "--circuit", "--spec", help="circuit.json (its info.seed picks the member); --spec is the old name."),
     checkpoint: Optional[int] = typer.Option(None, "--checkpoint", help="Step of the checkpoint (default: the last)."),
+    n_val: int = typer.Option(512, "--n-val", min=1, help="Validation sequences the losses are measured on."),
+    transformer_lens: bool = typer.Option(
+        False, "--transformer-lens",
+        help="Also recompute every row through TransformerLens (its forward pass, hooks and an MSE computed apart; "
+             "the `interop` extra) and print both columns and their largest difference."),
 ) -> None:
-    """Combined and per-path ablation losses of a circuit (Appendix E, steps 5 and 6)."""
+    """Combined and per-path ablation losses of a circuit (Appendix E, steps 5 and 6); with
+    --transformer-lens, each beside its recomputation through TransformerLens (docs/interop.md)."""
+    if transformer_lens:
+        from stackedheads.interop import check_run
+
+        result = check_run(run_dir, circuit, checkpoint, n_val)
+        table = Table(title=f"seed {result['seed']}: val MSE under each ablation of {shown(circuit)}")
+        for col in ("ablation", "circuit validate", "TransformerLens"):
+            table.add_column(col)
+        for name, ours, theirs in result["rows"]:
+            table.add_row(shown(name), f"{ours.loss:.6f}", f"{theirs.loss:.6f}")
+        Console().print(table)
+        Console().print(f"largest difference (losses and partial losses): {result['max_diff']:.2e}", highlight=False)
+        return
     from stackedheads.circuits.ablate import validate_run
 
-    rows = validate_run(run_dir, circuit, checkpoint=checkpoint)
+    rows = validate_run(run_dir, circuit, checkpoint=checkpoint, n_val=n_val)
     Console().print(_loss_table(rows, f"ablations of {shown(circuit)}"))
 
 

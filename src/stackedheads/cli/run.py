@@ -1,4 +1,4 @@
-"""``reproduce``, ``claims`` and ``report``: the whole paper into one folder, and what it shows."""
+"""``reproduce``, ``claims``, ``seeds`` and ``report``: the whole paper into one folder, and what it shows."""
 
 from __future__ import annotations
 
@@ -29,7 +29,6 @@ from stackedheads.cli._app import (
 )
 from stackedheads.errors import UsageError
 from stackedheads.llm.backends import BACKENDS
-from stackedheads.state.provenance import git_commit
 
 
 @contextmanager
@@ -208,31 +207,3 @@ def report_cmd(
     with FolderLock(run_dir, "report", elsewhere=None):  # not while `reproduce` writes the folder (and its report)
         path = write_report(run_dir, references.results_dir())
     console.print(f"report: {shown(path)}")
-
-
-
-
-@app.command("publish")
-def publish_cmd(
-    run_dir: Path = typer.Argument(..., help="A finished run, sweep or depth folder."),
-    name: str = typer.Option(..., "--name", help="The folder to write under results/; one published before under this name is replaced as a whole."),
-    title: str = typer.Option(..., "--title", help="One line for the report."),
-    command: str = typer.Option(..., "--command", help="The command that made the run, as typed."),
-    wall_s: Optional[float] = typer.Option(None, "--wall-s", help="The run's wall time in seconds."),
-    commit: Optional[str] = typer.Option(None, "--commit", help="The commit the run's code came from (default: HEAD)."),
-    notes: str = typer.Option("", "--notes", help="What was cut or differs from the paper's settings."),
-    include: list[str] = typer.Option([], "--include", help="Extra files to keep, as globs inside RUN_DIR (repeatable; each must match a file; symbolic links are refused)."),
-    results: Optional[Path] = typer.Option(None, "--results", parser=out_path, help="The results folder (default: the repository's results/)."),
-) -> None:
-    """Keep a run's small files (configs, metrics, summaries, claims, figures; never checkpoints) in results/NAME with how it was made.
-
-    Refuses, before writing anything, a file that git would ignore in results/ (a clone would lack it), an
-    unfinished or locked run, and a copy whose claims would read otherwise than the run's."""
-    from stackedheads.publishing.publish import destination, publish
-
-    root = results or references.REPOSITORY_RESULTS
-    dest = destination(root, name)
-    ref = publish(run_dir, dest, title=title, command=command,
-                             commit=git_commit() if commit is None else commit,  # an empty --commit is refused, not HEAD
-                             wall_s=wall_s, notes=notes, include=tuple(include), name=name)
-    console.print(f"{shown(dest)}: {len(ref.files)} files kept")

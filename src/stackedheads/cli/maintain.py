@@ -1,4 +1,5 @@
-"""``publish-piece`` and ``results-index``: the repository's reference results, published a piece at a time, and their index."""
+"""The maintainers' verbs, ``--help``'s last panel: ``publish``, ``publish-piece`` and
+``results-index`` keep the repository's reference results (``results/``) and their index."""
 
 from __future__ import annotations
 
@@ -7,20 +8,36 @@ from typing import Optional
 
 import typer
 
-from stackedheads.publishing import index, references
 from stackedheads.cli._app import app, console, out_path, shown
 from stackedheads.errors import UsageError
+from stackedheads.publishing import references
+from stackedheads.state.provenance import git_commit
 
 
-@app.command("results-index")
-def results_index_cmd(
+@app.command("publish")
+def publish_cmd(
+    run_dir: Path = typer.Argument(..., help="A finished run, sweep or depth folder."),
+    name: str = typer.Option(..., "--name", help="The folder to write under results/; one published before under this name is replaced as a whole."),
+    title: str = typer.Option(..., "--title", help="One line for the report."),
+    command: str = typer.Option(..., "--command", help="The command that made the run, as typed."),
+    wall_s: Optional[float] = typer.Option(None, "--wall-s", help="The run's wall time in seconds."),
+    commit: Optional[str] = typer.Option(None, "--commit", help="The commit the run's code came from (default: HEAD)."),
+    notes: str = typer.Option("", "--notes", help="What was cut or differs from the paper's settings."),
+    include: list[str] = typer.Option([], "--include", help="Extra files to keep, as globs inside RUN_DIR (repeatable; each must match a file; symbolic links are refused)."),
     results: Optional[Path] = typer.Option(None, "--results", parser=out_path, help="The results folder (default: the repository's results/)."),
 ) -> None:
-    """Write results/README.md again from every reference.json under it (`publish` keeps it current)."""
+    """Keep a run's small files (configs, metrics, summaries, claims, figures; never checkpoints) in results/NAME with how it was made.
+
+    Refuses, before writing anything, a file that git would ignore in results/ (a clone would lack it), an
+    unfinished or locked run, and a copy whose claims would read otherwise than the run's."""
+    from stackedheads.publishing.publish import destination, publish
+
     root = results or references.REPOSITORY_RESULTS
-    if not root.is_dir():
-        raise UsageError(f"{root} is not a folder")
-    console.print(f"{shown(index.write_index(root))}: {len(references.reference_folders(root))} references")
+    dest = destination(root, name)
+    ref = publish(run_dir, dest, title=title, command=command,
+                  commit=git_commit() if commit is None else commit,  # an empty --commit is refused, not HEAD
+                  wall_s=wall_s, notes=notes, include=tuple(include), name=name)
+    console.print(f"{shown(dest)}: {len(ref.files)} files kept")
 
 
 @app.command("publish-piece")
@@ -46,3 +63,16 @@ def publish_piece_cmd(
     dest, ref = publish_piece(Piece(name, run, stage, tuple(circuits), tuple(timeline), tuple(maps), commit, note, title,
                                     train_command, notes, results))
     console.print(f"{shown(dest)}: {len(ref.files)} files kept; pieces' training {ref.wall_s:.0f} s")
+
+
+@app.command("results-index")
+def results_index_cmd(
+    results: Optional[Path] = typer.Option(None, "--results", parser=out_path, help="The results folder (default: the repository's results/)."),
+) -> None:
+    """Write results/README.md again from every reference.json under it (`publish` keeps it current)."""
+    from stackedheads.publishing.index import write_index
+
+    root = results or references.REPOSITORY_RESULTS
+    if not root.is_dir():
+        raise UsageError(f"{root} is not a folder")
+    console.print(f"{shown(write_index(root))}: {len(references.reference_folders(root))} references")
