@@ -1,14 +1,18 @@
 """The seeds' tables and lines, for the console, the report and Markdown.
 
 On the console no number is ever broken across lines, whatever the terminal's width: a column is
-never narrower than its longest word holding a digit (:func:`fit_tables`). A per-seed table too
-wide for the terminal turns its seeds into columns (a row per measure); a table still too wide is
-cut into several, each repeating its first column. ``--markdown`` and ``--json`` give every table
-whole."""
+never narrower than its longest word holding a digit, nor than a list of numbers (a step per
+position, "3 of 4") up to :data:`LIST_CAP` characters, and cells are wrapped between such units
+only (:func:`fit_tables`); a title wraps between its "name value" parts, a line of text between
+words. A per-seed table too wide for the terminal turns its seeds into columns (a row per
+measure); a table still too wide is cut into several, each repeating its first column; a last
+line then says that ``--markdown`` and ``--json`` give every table whole."""
 
 from __future__ import annotations
 
 import math
+import re
+import textwrap
 
 from stackedheads.claims import PASS
 from stackedheads.recipe_screen.compare import compare
@@ -32,25 +36,108 @@ def seed_tables(runs: list[RunSeeds]) -> list[dict]:
 
 
 WORD_CAP = 14  # a word without a digit wider than this may fold (never a number, nor a verdict)
+LIST_CAP = 24  # a list of numbers up to this wide stays on one line (a longer one wraps between numbers)
+# A word of a list of numbers: a number ("1,040", "-0.0002", ">=57", "3,"), or "-" / "never" in
+# a number's place; "of" joins two numbers ("3 of 4").
+NUMBER_WORD = re.compile(r"(?:>=)?[-+]?(?:\d[\d,]*(?:\.\d+)?|\.\d+)%?[,;]?|-|never")
+
+
+def _units(text: str) -> list[str]:
+    """``text``'s words with each list of numbers as one unit: what a cell is wrapped between."""
+    words = str(text).split()
+    units: list[str] = []
+    run: list[str] = []
+    for i, w in enumerate(words):
+        joins = w == "of" and run and i + 1 < len(words) and NUMBER_WORD.fullmatch(words[i + 1])
+        if NUMBER_WORD.fullmatch(w) or joins:
+            run.append(w)
+            continue
+        if run:
+            units.append(" ".join(run))
+            run = []
+        units.append(w)
+    if run:
+        units.append(" ".join(run))
+    return units
+
+
+def _is_list(unit: str) -> bool:
+    return " " in unit and all(NUMBER_WORD.fullmatch(w) or w == "of" for w in unit.split())
+
+
+def _unit_need(unit: str) -> int:
+    if _is_list(unit) and len(unit) <= LIST_CAP:
+        return len(unit)
+    return max(len(w) if any(c.isdigit() for c in w) else min(len(w), WORD_CAP) for w in unit.split())
 
 
 def _need(text: str) -> int:
-    """The narrowest a cell of ``text`` can be: its longest word holding a digit (never broken) or
-    other word (up to :data:`WORD_CAP`)."""
-    return max((len(w) if any(c.isdigit() for c in w) else min(len(w), WORD_CAP) for w in str(text).split()), default=1)
+    """The narrowest a cell of ``text`` can be: its longest list of numbers (up to
+    :data:`LIST_CAP`), word holding a digit (never broken) or other word (up to :data:`WORD_CAP`)."""
+    return max((_unit_need(u) for u in _units(text)), default=1)
+
+
+def _wrapped(text: str, width: int) -> str:
+    """``text`` in lines of at most ``width`` characters, broken between :func:`_units` only (a
+    list of numbers wider than ``width`` between its numbers; a word without a digit wider than
+    ``width`` is left to fold)."""
+    pieces: list[str] = []
+    for unit in _units(text):
+        pieces += unit.split() if len(unit) > width and _is_list(unit) else [unit]
+    lines: list[str] = []
+    for piece in pieces:
+        if lines and len(lines[-1]) + 1 + len(piece) <= width:
+            lines[-1] += " " + piece
+        else:
+            lines.append(piece)
+    return "\n".join(lines)
+
+
+def _title_parts(title: str) -> list[str]:
+    """``title`` cut after each ", " outside brackets: "name value" parts that stay whole."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(title):
+        depth += (c in "([{") - (c in ")]}")
+        if c == "," and depth == 0 and title[i + 1:i + 2] == " ":
+            parts.append(title[start:i + 1])
+            start = i + 2
+    return parts + [title[start:]]
+
+
+def _wrapped_title(title: str, width: int) -> str:
+    """``title`` in lines of at most ``width`` characters, broken between its parts
+    (:func:`_title_parts`); a part wider than ``width`` is left to rich, which breaks it between words."""
+    lines: list[str] = []
+    for part in _title_parts(title):
+        if lines and len(lines[-1]) + 1 + len(part) <= width:
+            lines[-1] += " " + part
+        else:
+            lines.append(part)
+    return "\n".join(lines)
+
+
+def text_lines(line: str, width: int) -> list[str]:
+    """A line of text for a terminal of ``width`` columns: indented by two, continued by four,
+    broken between words only (never inside a number or a range such as 0.0020-0.0059)."""
+    return textwrap.wrap(line, width=max(width, 20), initial_indent="  ", subsequent_indent="    ",
+                         break_long_words=False, break_on_hyphens=False) or ["  "]
 
 
 def _column_widths(columns: list[list[str]], room: int) -> list[int] | None:
     """Widths for ``columns`` (each its header and cells) within ``room`` characters of text, or
-    None when even their narrowest do not fit: each at least its :func:`_need`, then the room left
-    shared out by water-filling: a column that lacks less than an equal share gets all it lacks
-    (its cells unwrapped), the others share the rest equally."""
+    None when even their narrowest do not fit: each at least its :func:`_need`; then the first
+    column (the rows' names) all it lacks where the room allows, so that a name reads on one
+    line; then the room left shared out by water-filling: a column that lacks less than an equal
+    share gets all it lacks (its cells unwrapped), the others share the rest equally."""
     need = [max(map(_need, col)) for col in columns]
     natural = [max(n, *(len(str(c)) for c in col)) for n, col in zip(need, columns)]
     if sum(need) > room:
         return None
     widths, spare = list(need), room - sum(need)
-    order = sorted(range(len(widths)), key=lambda k: natural[k] - need[k])
+    first = min(natural[0] - widths[0], spare)
+    widths[0] += first
+    spare -= first
+    order = sorted(range(1, len(widths)), key=lambda k: natural[k] - need[k])
     for n, i in enumerate(order):  # water-filling: each its lack, at most an equal share of what is left
         grow = min(natural[i] - widths[i], spare // (len(order) - n))
         widths[i] += grow
@@ -87,11 +174,12 @@ def fit_tables(title: str, head: list[str], rows: list[list[str]], width: int):
         widths = _column_widths([columns[k] for k in part], width - _overhead(len(part)))
         if widths is None:  # one column beside the first is wider than the terminal: its need, overflowing
             widths = [max(map(_need, columns[k])) for k in part]
-        t = Table(title=escape(title + (f" ({n} of {len(parts)})" if len(parts) > 1 else "")))
+        whole = title + (f" ({n} of {len(parts)})" if len(parts) > 1 else "")
+        t = Table(title=escape(_wrapped_title(whole, min(width, sum(widths) + _overhead(len(part))))))
         for k, w in zip(part, widths):
-            t.add_column(escape(head[k]), width=w, overflow="fold")
+            t.add_column(escape(_wrapped(head[k], w)), width=w, overflow="fold")
         for r in rows:
-            t.add_row(*(escape(r[k]) for k in part))
+            t.add_row(*(escape(_wrapped(r[k], w)) for k, w in zip(part, widths)))
         tables.append(t)
     return tables
 
@@ -125,7 +213,8 @@ def print_console(runs: list[RunSeeds], comparison: list[dict], console) -> None
     for run in runs:
         show(seed_console_tables(run, width), len(seed_table(run)[0]))
         for line in distribution_lines(run):
-            console.print(f"  {line}", highlight=False, markup=False)
+            for shown in text_lines(line, width):
+                console.print(shown, highlight=False, markup=False)
     head, rows = distance_table(runs)
     if rows:
         show(fit_tables("Distance to Sec. 9's curriculum (|ln plateau/450| + |ln final/0.031| + share out of order)",
