@@ -9,9 +9,10 @@ print what they show.
   program. A ``...`` argument stands for elided ones.
 * ``make TARGET`` names a Makefile target; ``python SCRIPT.py`` and ``pytest tests/...`` name
   files that exist.
-* Every relative link (``[text](path)``, ``![alt](path)``, with or without ``#anchor``) of every
-  tracked Markdown file (README.md, docs/, docs/notes/, results/, tools/, ...) points to a file
-  that exists, and its anchor to a heading of that file (GitHub's slugs).
+* Every relative link (``[text](path)``, ``![alt](path)``, a reference ``[name]: path``, an HTML
+  ``href="path"`` or ``src="path"``; with or without ``#anchor``) of every tracked Markdown file
+  (README.md, docs/, docs/notes/, results/, studies/, tools/, ...) points to a file that exists,
+  and its anchor to a heading of that file (GitHub's slugs).
 * Every verb of the command line appears in the README's table of verbs.
 * The cheap examples whose output a page shows (``prompts``, ``theory`` without ``--out``) are run
   in-process and must print exactly the lines shown (docs/extending.md is left out: its examples
@@ -290,6 +291,14 @@ def slugs(text: str) -> set[str]:
 
 
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+# The other ways Markdown links a file: a reference definition, an HTML tag's href or src.
+OTHER_LINKS = (re.compile(r"^ {0,3}\[[^\]]+\]:\s*<?([^\s>]+)>?", re.M), re.compile(r"\b(?:href|src)\s*=\s*[\"']([^\"']+)[\"']"))
+
+
+def link_targets(text: str) -> list[str]:
+    """Every link target of a Markdown page's prose (not its code)."""
+    body = prose(text)
+    return [m.group(1) for pattern in (LINK, *OTHER_LINKS) for m in pattern.finditer(body)]
 
 
 def broken_links(pages: list[Path]) -> tuple[list[str], int]:
@@ -297,8 +306,7 @@ def broken_links(pages: list[Path]) -> tuple[list[str], int]:
     problems, checked = [], 0
     for page in pages:
         text = page.read_text(encoding="utf-8")
-        for m in LINK.finditer(prose(text)):
-            target = m.group(1)
+        for target in link_targets(text):
             if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
                 continue
             checked += 1
@@ -315,7 +323,8 @@ def broken_links(pages: list[Path]) -> tuple[list[str], int]:
 def test_every_relative_link_resolves():
     """Every tracked Markdown file's relative links, docs/notes/ and results/ included."""
     pages = markdown_files()
-    assert {ROOT / "README.md", ROOT / "docs" / "notes" / "README.md", ROOT / "studies" / "README.md"} <= set(pages)
+    assert {ROOT / name for name in ("README.md", "docs/notes/README.md", "studies/README.md", "tools/gpu/README.md",
+                                     "tools/maintenance/README.md", "benchmarks/README.md", "results/README.md")} <= set(pages)
     problems, checked = broken_links(pages)
     assert checked >= 30, "the links were not found"
     assert not problems, "\n".join(problems)
@@ -328,10 +337,12 @@ def test_the_link_check_catches_a_broken_link(tmp_path):
     (tmp_path / "b.md").write_text("# A heading\n", encoding="utf-8")
     page = tmp_path / "sub" / "a.md"
     page.write_text("[ok](../b.md#a-heading) [dir](../sub/) [gone](../c.md) [anchor](../b.md#no-such) "
-                    "`[code](x.md)` [web](https://example.org/x.md)\n", encoding="utf-8")
+                    "`[code](x.md)` [web](https://example.org/x.md)\n\n"
+                    '<img src="../d.png"> <a href="../b.md">b</a>\n\n[ref]: ../e.md\n', encoding="utf-8")
     problems, checked = broken_links([page])
-    assert checked == 4
-    assert len(problems) == 2 and "c.md does not exist" in problems[0] and "#no-such" in problems[1]
+    assert checked == 7
+    assert len(problems) == 4 and "c.md does not exist" in problems[0] and "#no-such" in problems[1], problems
+    assert {"d.png does not exist", "e.md does not exist"} == {p.rsplit("../", 1)[1] for p in problems[2:]}, problems
 
 
 PATH_SPAN = re.compile(r"`((?:src|tests|docs|tools|benchmarks|studies|results|data)/[^`\s]*)`")
@@ -368,7 +379,7 @@ def test_every_docs_page_is_linked_from_the_readme():
 
 # --- rules, not history -------------------------------------------------------------------------
 
-ISSUE_N = re.compile(r"\bissues?\s*#?\d+", re.I)
+ISSUE_N = re.compile(r"issues?\s*#?\d+", re.I)  # inside a name too (test_ then the word and a number)
 DATE = re.compile(r"\b(?:19|20)\d\d-\d\d-\d\d\b")
 RULE_TREES = ("src", "tests", "benchmarks", "tools", "studies")
 
@@ -389,8 +400,11 @@ def python_prose(text: str) -> str:
 
 def history_in(name: str, text: str) -> list[str]:
     """What in a file is history rather than a rule: "issue N" anywhere, a date in its prose
-    (comments and docstrings of Python, comments of a Makefile or shell script, Markdown)."""
+    (comments and docstrings of Python, comments of a Makefile or shell script, Markdown; a file
+    of another kind, a template or a notebook, is checked for "issue N" only)."""
     found = [f"{name}: {m.group(0)!r}" for m in ISSUE_N.finditer(text)]
+    if not (name.endswith((".py", ".md", ".sh")) or name == "Makefile"):
+        return found
     if name.endswith(".py"):
         prose_text = python_prose(text)
     elif name.endswith(".md"):
@@ -400,17 +414,29 @@ def history_in(name: str, text: str) -> list[str]:
     return found + [f"{name}: date {m.group(0)}" for m in DATE.finditer(prose_text)]
 
 
-def test_code_tests_and_docs_state_rules_not_history():
-    """src/, tests/, benchmarks/, tools/, studies/, the Makefile, README.md and docs/ outside
-    docs/notes/ (which keeps the dated history) name no issue number and carry no dates."""
+def tracked_text(*where: str) -> dict[str, str]:
+    """Every tracked file under ``where`` that is text (UTF-8), by name."""
     import subprocess
 
-    names = subprocess.run(["git", "ls-files", "-z", "--", *RULE_TREES, "Makefile", "README.md", "docs"],
-                           cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
-    names = [n for n in names if n and not n.startswith("docs/notes/")
-             and (n.endswith((".py", ".sh", ".md")) or n == "Makefile")]
-    assert len(names) > 100, "the files were not found"
-    problems = [p for n in names if (ROOT / n).is_file() for p in history_in(n, (ROOT / n).read_text(encoding="utf-8"))]
+    names = subprocess.run(["git", "ls-files", "-z", "--", *where], cwd=ROOT, capture_output=True,
+                           check=True).stdout.decode().split("\0")
+    out = {}
+    for name in filter(None, names):
+        try:
+            out[name] = (ROOT / name).read_text(encoding="utf-8")
+        except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError):
+            continue  # a figure, a deleted file not yet committed
+    return out
+
+
+def test_code_tests_and_docs_state_rules_not_history():
+    """Every tracked text file of src/, tests/, benchmarks/, tools/, studies/ (templates
+    included), the Makefile, pyproject.toml, README.md and docs/ outside docs/notes/ (which keeps
+    the dated history) names no issue number (``issue N``, ``issue #N``) and carries no dates."""
+    files = tracked_text(*RULE_TREES, "Makefile", "pyproject.toml", "README.md", "docs")
+    files = {n: text for n, text in files.items() if not n.startswith("docs/notes/")}
+    assert len(files) > 100 and "Makefile" in files and any(n.endswith(".j2") for n in files), "the files were not found"
+    problems = [p for n, text in files.items() for p in history_in(n, text)]
     assert not problems, "history where rules belong:\n" + "\n".join(problems)
 
 
@@ -421,6 +447,8 @@ def test_the_history_check_catches_issue_numbers_and_dates():
     assert found == [f"a.py: '{word} 42'", "a.py: date 2026-11-22", "a.py: date 2026-11-27"], found
     assert history_in("Makefile", f"# budget ({word.title()} #7)\nX = 2025-01-01\n") == [f"Makefile: '{word.title()} #7'"]
     assert history_in("a.py", 'x = "2025-01-01"  # a rule\n') == []
+    assert history_in("t.py", f"def test_{word}42():\n    pass\n") == [f"t.py: '{word}42'"]
+    assert history_in("page.html.j2", f"<!-- {word} #3, 2025-01-01 -->") == [f"page.html.j2: '{word} #3'"]
 
 
 # --- cheap examples, run ------------------------------------------------------------------------
