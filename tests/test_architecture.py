@@ -120,6 +120,7 @@ def test_the_package_root_shows_the_pipeline() -> None:
     assert not (root / "claims" / "circuits.py").exists()  # a module named like the circuits/ package
 
 
+<<<<<<< HEAD
 # Entry points that are no command line: `python -m stackedheads` runs the CLI, and the local
 # executor starts `python -m stackedheads.execution.worker` with a job as JSON on stdin.
 ENTRY_POINTS = {"stackedheads.__main__", "stackedheads.execution.worker"}
@@ -168,3 +169,28 @@ def test_the_maintainers_verbs_are_cli_maintain_s_and_its_only_ones() -> None:
                          if getattr(cmd.callback, "__module__", "") == "stackedheads.cli.maintain")
     assert in_maintain == ["publish", "publish-piece", "results-index"]
     assert sorted(v for v, _ in VERB_PANELS[-1][1]) == in_maintain
+=======
+MAX_CLAIM_FUNCTION_LINES = 60  # one function a claim (sec8's a1..a5, sec9's e1..e4): none grows past this
+
+
+def long_functions(source: str, limit: int = MAX_CLAIM_FUNCTION_LINES) -> list[tuple[str, int]]:
+    """``(name, lines)`` of every function of ``source``, nested ones included, that spans more
+    than ``limit`` lines from its ``def`` to its last line (decorators not counted)."""
+    return [(node.name, node.end_lineno - node.lineno + 1) for node in ast.walk(ast.parse(source))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > limit]
+
+
+def test_no_function_of_the_claims_package_spans_more_than_60_lines() -> None:
+    long = [f"{path.name}:{name} ({n} lines)" for path in sorted((SRC / PACKAGE / "claims").glob("*.py"))
+            for name, n in long_functions(path.read_text(encoding="utf-8"))]
+    assert not long, long
+
+
+def test_the_length_check_counts_from_def_to_the_last_line() -> None:
+    def source(body_lines: int) -> str:
+        return "def outer():\n    def inner():\n" + "        x = 1\n" * body_lines + "    return inner\n"
+
+    assert long_functions(source(59)) == [("outer", 62)]  # inner: 60 lines, at the limit
+    assert long_functions(source(60)) == [("outer", 63), ("inner", 61)]
+    assert long_functions(source(57)) == []
+>>>>>>> claims-91

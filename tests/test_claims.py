@@ -265,6 +265,37 @@ def test_section8_evidence_is_stated():
         assert by["A3"].measured.endswith(advice), by["A3"].measured
 
 
+# Useful heads by kind: retrieval, shortcut, useful by unexplained rows alone. A head with rows no
+# rule explains may be of any kind, so those are counted among the useful heads, never beside them.
+HEAD_KINDS = {
+    "two retrieval heads and a shortcut, each with an unexplained row": (
+        dict(paths=(*PAIR_LINKS, [5, 0, 0, 2], [7, 0, 0, "p7"]), unexplained=[(0, 0, "query"), (5, 0, "first"), (7, 0, "second")]),
+        "3 useful heads (heads whose replacement by uniform or the identity breaks the budget: 2 retrieval heads (L0.0, L5.0), "
+        "1 shortcut head (L7.0 s0->p7 (positional)); of these 3, 3 with rows no rule explains (L0.0, L5.0, L7.0))",
+    ),
+    "a head useful by an unexplained row alone": (
+        dict(paths=(*PAIR_LINKS, [5, 0, 0, 2], [7, 0, 0, "p7"]), unexplained=[(5, 0, "first"), (9, 0, "query")]),
+        "4 useful heads (heads whose replacement by uniform or the identity breaks the budget: 2 retrieval heads (L0.0, L5.0), "
+        "1 shortcut head (L7.0 s0->p7 (positional)), 1 head useful by rows no rule explains alone (L9.0); "
+        "of these 4, 2 with rows no rule explains (L5.0, L9.0))",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", HEAD_KINDS)
+def test_a2_and_a5_count_each_useful_head_once(case):
+    import re
+
+    kw, says = HEAD_KINDS[case]
+    got = {c.id: c for c in sec8.circuit_claims({"train": train(), "circuits": {"0": found(**kw)}})}
+    assert got["A5"].measured.startswith(f"seed 0: {says}, causal minimum 3"), got["A5"].measured
+    for cid in ("A2", "A5"):
+        useful = int(re.search(r"(\d+)(?: of \d+ heads| useful heads)", got[cid].measured).group(1))
+        kinds = got[cid].measured.split("breaks the budget: ", 1)[1].split(";")[0]
+        counts = re.findall(r"(?:^|, )(\d+) (?:retrieval head|shortcut head|head useful|other head)", kinds)
+        assert sum(map(int, counts)) == useful, (counts, got[cid].measured)
+
+
 def test_no_stage_is_not_run():
     assert {c.verdict for c in sec8.circuit_claims(None)} == {NOT_RUN}
     assert {c.verdict for c in sec9.emergence_claims(None, None)} == {NOT_RUN}

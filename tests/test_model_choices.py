@@ -52,7 +52,7 @@ def test_transformer_lens_init_is_the_same_draws_at_one_std():
     big = _params(ModelConfig(**{**SEC9.model_config().to_dict(), "weight_init": "transformer-lens", "n_layers": 2}), seeds=(0,))
     for name in ("W_in", "blocks.0.attn.W_qkv", "blocks.1.attn.W_O", "W_readout"):
         assert big[name].std().item() == pytest.approx(0.8 / math.sqrt(512), rel=0.1), name
-    with pytest.raises(UsageError, match="resid_scale scales GPT-2's init"):
+    with pytest.raises(UsageError, match="'resid_scale' scales GPT-2's init"):
         ModelConfig(**{**base_cfg.to_dict(), "weight_init": "transformer-lens", "resid_scale": "sublayers"})
 
 

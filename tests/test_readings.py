@@ -196,6 +196,40 @@ def test_claims_prints_readings_and_refuses_an_unknown_one(cli):
     assert code == 2 and err.count("\n") == 1 and "unknown reading 'nope'" in err
 
 
+def test_claims_json_keeps_only_the_readings_asked_for(cli):
+    """--reading filters --json as it filters the readings table: the claims that have one of the
+    readings, each with those readings alone; their verdicts stay those over every reading."""
+    folder = ROOT / "results" / "sec9" / "gpt2"
+    code, out, _ = cli("claims", folder, "--json")
+    assert code == 0
+    every = {c["id"]: c for c in json.loads(out)}
+    code, out, err = cli("claims", folder, "--json", "--reading", "first-path", "--reading", "last-path")
+    assert code == 0 and err == "", err
+    got = json.loads(out)
+    want = [cid for cid, c in every.items() if {r["reading"] for r in c["readings"]} & {"first-path", "last-path"}]
+    assert [c["id"] for c in got] == want and len(want) < len(every), (want, list(every))
+    for c in got:
+        assert c["readings"] == [r for r in every[c["id"]]["readings"] if r["reading"] in ("first-path", "last-path")]
+        assert {k: v for k, v in c.items() if k != "readings"} == {k: v for k, v in every[c["id"]].items() if k != "readings"}
+
+
+def test_a_reading_no_claim_of_the_folder_has_is_one_note(cli):
+    """A Section 8 folder has no first-path: one line on stderr says so and names the readings its
+    claims have; stdout is the claims table without a readings table, or an empty JSON list."""
+    folder = ROOT / "results" / "sec8" / "gpt2"
+    code, out, _ = cli("claims", folder, "--json")
+    have = sorted({r["reading"] for c in json.loads(out) for r in c["readings"]})
+    assert have and "first-path" not in have
+    note = f"stackedheads: note: no claim in {folder} has the reading first-path; its claims' readings are {', '.join(have)}\n"
+    code, out, err = cli("claims", folder, "--reading", "first-path")
+    assert code == 0 and err == note, err
+    assert "claims of" in out and "primary fixed" not in out  # no readings table
+    code, out, err = cli("claims", folder, "--json", "--reading", "first-path")
+    assert code == 0 and err == note and json.loads(out) == [], (out, err)
+    code, out, err = cli("claims", folder, "--reading", "ablation")
+    assert code == 0 and err == "" and "primary fixed" in out
+
+
 def test_published_e3_has_every_reading_and_a_robustness(cli):
     code, out, _ = cli("claims", ROOT / "results" / "sec9" / "gpt2", "--json")
     e3 = next(c for c in json.loads(out) if c["id"] == "E3")

@@ -111,7 +111,7 @@ def test_bad_recipe_values_are_refused(field, value):
 
 
 def test_a_decay_that_ends_before_the_run_or_without_a_decay_is_refused():
-    with pytest.raises(UsageError, match="at least steps"):  # a preset's decay_steps kept under a longer --steps
+    with pytest.raises(UsageError, match="at least 'steps'"):  # a preset's decay_steps kept under a longer --steps
         presets.get("sec8-quick").override(steps=24_000)
     with pytest.raises(UsageError, match="cosine or linear"):
         presets.SMOKE.override(schedule="constant", decay_steps=40)
@@ -294,7 +294,7 @@ def test_cli_lr_nan_is_refused_before_anything_is_written(tmp_path, cli):
     assert r.code == 2 and "Traceback" not in r.err and len(r.err.strip().splitlines()) == 1
     assert not out.exists()
     r = cli("train", "--preset", "smoke", "--decay-steps", "1", "--out", str(out))
-    assert r.code == 2 and "decay_steps" in r.err and len(r.err.strip().splitlines()) == 1 and not out.exists()
+    assert r.code == 2 and "--decay-steps" in r.err and len(r.err.strip().splitlines()) == 1 and not out.exists()
     r = cli("train", "--preset", "smoke", "--steps", "12", "--warmup-steps", "2", "--schedule", "linear",
         "--decay-steps", "24", "--grad-clip", "1", "--betas", "0.9,0.95", "--decay-exempt", "norm,bias", "--pe", "pair", "--out", str(out))
     assert r.code == 0, r.err

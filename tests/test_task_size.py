@@ -25,7 +25,7 @@ def test_train_refuses_what_cannot_fit_naming_the_option(tmp_path, cli, machine_
     out = tmp_path / "t"
     code, _, err = cli("train", "--out", out, option, value)  # the default preset, quick
     assert code == 2 and one_error(err), err
-    assert f"{option} {value:,}: training would need at least" in err and "more than this machine's 24 GB" in err
+    assert f"{option} {value}: training would need at least" in err and "more than this machine's 24 GB" in err
     assert not (out / "config.json").exists()  # the corrected run is not blocked (44.11)
 
 

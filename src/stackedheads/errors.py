@@ -21,6 +21,28 @@ class UsageError(ValueError):
         self.fields = tuple(fields)
 
 
+def brief(value: object, chars: int = 40) -> str:
+    """``value`` as a short piece of a one-line message: as ``str`` shows it (a tuple as a list)
+    when that is at most ``chars`` characters; a longer list as its first items, ``...`` and its
+    last item, with its length (``[1, 2, 3, ..., 20] (20 values)``), never cut inside an item (a
+    list cut after "12, " reads as a list that ends there); any other text cut, ending in ``...``."""
+    if isinstance(value, tuple):
+        value = list(value)
+    text = str(value)
+    if len(text) <= chars:
+        return text
+    if isinstance(value, list):
+        items = [repr(v) for v in value]
+        if all(len(item) <= chars // 2 for item in (items[0], items[-1])):
+            head = [items[0]]
+            for item in items[1:-1]:
+                if len(", ".join([*head, item, "...", items[-1]])) + 2 > chars:
+                    break
+                head.append(item)
+            return f"[{', '.join([*head, '...', items[-1]])}] ({len(items)} values)"
+    return text[: chars - 3] + "..."
+
+
 # --- secrets -------------------------------------------------------------------------------------
 # Values a process must never show or write (API keys, passwords in URLs). Whoever reads a secret
 # registers it here; every error message, traceback and state file passes through redact().

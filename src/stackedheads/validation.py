@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from stackedheads.errors import UsageError
+from stackedheads.errors import UsageError, brief
 
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
 
@@ -33,14 +33,16 @@ def safe_component(value: Any, what: str) -> str:
 MAX_SEED = 2**63 - 1
 
 
-def check_seeds(seeds: Any, where: str | Path) -> tuple[int, ...]:
-    """Seeds given or read from a file: a non-empty list of integers from 0 to :data:`MAX_SEED`."""
+def check_seeds(seeds: Any, where: str | Path, field: str | None = None) -> tuple[int, ...]:
+    """Seeds given or read from a file: a non-empty list of integers from 0 to :data:`MAX_SEED`.
+    ``field``: the setting that gave them (``"seeds"``), which the error names (``fields=``);
+    None for seeds read from a file ``where`` names."""
     if (
         not isinstance(seeds, (list, tuple)) or not seeds
         or not all(type(s) is int and 0 <= s <= MAX_SEED for s in seeds)
     ):
-        shown = list(seeds) if isinstance(seeds, tuple) else seeds
-        raise UsageError(f"{where}: seeds must be a non-empty list of integers from 0 to 2**63-1, got {str(shown)[:60]}")
+        raise UsageError(f"{where}: seeds must be a non-empty list of integers from 0 to 2**63-1, got {brief(seeds, 60)}",
+                         fields=(field,) if field else ())
     return tuple(seeds)
 
 @cache

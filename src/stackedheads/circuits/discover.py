@@ -95,10 +95,14 @@ class DiscoverConfig:
 
     def __post_init__(self) -> None:
         inf = float("inf")  # comparisons below also refuse nan
-        if not 0 <= self.tolerance < inf or (self.threshold is not None and not 0 < self.threshold < inf):
-            raise UsageError("tolerance must be >= 0 and threshold > 0")
-        if not 0 < self.min_mass <= 1 or self.n_val < 2:
-            raise UsageError("min_mass must lie in (0, 1] and n_val be >= 2")
+        if not 0 <= self.tolerance < inf:
+            raise UsageError(f"'tolerance' must be a finite number >= 0, got {self.tolerance}", fields=("tolerance",))
+        if self.threshold is not None and not 0 < self.threshold < inf:
+            raise UsageError(f"'threshold' must be a finite number > 0, got {self.threshold}", fields=("threshold",))
+        if not 0 < self.min_mass <= 1:
+            raise UsageError(f"'min_mass' must lie in (0, 1], got {self.min_mass}", fields=("min_mass",))
+        if self.n_val < 2:
+            raise UsageError(f"'n_val' must be >= 2 (half searches, half validates), got {self.n_val}", fields=("n_val",))
 
     def budgets(self, partial: list[float]) -> tuple[list[float], list[str]]:
         """Per-position loss budgets for unablated partial losses ``partial``, and the positions

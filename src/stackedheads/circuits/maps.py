@@ -95,15 +95,15 @@ def plot_maps(patterns: dict[int, torch.Tensor], meta: Meta, out: str | Path, n_
 
 def attention_maps(run_dir: str | Path, out: str | Path, checkpoint: int | None = None, seqs: int = 4, seed: int | None = None, n_mean: int = 256) -> list[str]:
     """Appendix C for one member of a run (default: its first seed)."""
-    from stackedheads.errors import UsageError
+    from stackedheads.errors import UsageError, brief
     from stackedheads.training import checkpoint_for, load_model, validation_batch
 
     model, cfg, _ = load_model(checkpoint_for(run_dir, checkpoint))
     seed = cfg.seeds[0] if seed is None else seed
     if seed not in cfg.seeds:
-        raise UsageError(f"{run_dir} has seeds {list(cfg.seeds)}, not {seed}")
+        raise UsageError(f"{run_dir} has seeds {brief(list(cfg.seeds))}, not 'seed' {seed}", fields=("seed",))
     if seqs < 1:
-        raise UsageError(f"seqs must be >= 1, got {seqs}")
+        raise UsageError(f"'seqs' must be >= 1, got {seqs}", fields=("seqs",))
     batch = validation_batch(cfg)[: max(seqs, n_mean)]
     member = model.member(cfg.seeds.index(seed))
     _, cache = member.run_with_cache(batch.inputs, batch.meta, names=member.pattern_names())

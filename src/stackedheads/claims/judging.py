@@ -87,23 +87,31 @@ def held_out_heads(found: dict) -> set[tuple[int, int]] | None:
 
 
 def heads_text(found: dict, heads: set[tuple[int, int]]) -> str:
-    """The useful ``heads`` by what they do (labels describe, they do not count): the retrieval
-    heads (a useful path along the chain), the shortcut heads (positional or cross-chain paths,
-    or rows following their own map), the heads with rows no rule explains, and the rows of
-    these heads whose rule catches under :data:`WEAK` of their attention. No other head is named."""
+    """The useful ``heads`` by what they do (labels describe, they do not count), in kinds that
+    add up to ``len(heads)``: the retrieval heads (a useful path along the chain), the shortcut
+    heads (positional or cross-chain paths, or rows following their own map; none of them a
+    retrieval head), the heads useful by rows no rule explains alone, and any other; then, of
+    all of them, those with rows no rule explains (a retrieval or a shortcut head may have such
+    a row too, so they are counted apart, not added) and the rows of these heads whose rule
+    catches under :data:`WEAK` of their attention. No other head is named."""
     paths = [CircuitPath(*p) for p in found["paths"] if (p[0], p[1]) in heads]
     retrieval = sorted({p[:2] for p in paths if path_kind(p.dst) == "retrieval"})
     cuts = [p for p in paths if path_kind(p.dst) != "retrieval"]
     mapped = [row for row in found.get("mapped_rows", []) if tuple(row[:2]) in heads]
     shortcut = sorted(({p[:2] for p in cuts} | {tuple(r[:2]) for r in mapped}) - set(retrieval))
     kept = sorted({(l, h) for l, h, _ in found["unexplained_heads"]} & heads)
+    alone = sorted(set(kept) - set(retrieval) - set(shortcut))
+    other = sorted(set(heads) - set(retrieval) - set(shortcut) - set(kept))
     named = ", ".join([*(f"{p.key} ({path_kind(p.dst)})" for p in cuts), *(mapped_text(found, *r) for r in mapped)])
     weak = [d for d in found.get("diagnosis", []) if (d["layer"], d["head"]) in heads
             and d.get("rule_covered") is not None and d["rule_covered"] < WEAK]
     said = ", ".join(f"L{d['layer']}.{d['head']} {d['role']}'s {d['rule']} catches {d['rule_covered']:.0%}" for d in weak)
     return (_n(retrieval, "retrieval head") + (f" ({_heads(retrieval)})" if retrieval else "")
             + ", " + _n(shortcut, "shortcut head") + (f" ({named})" if shortcut else "")
-            + f", {len(kept)} with rows no rule explains" + (f" ({_heads(kept)})" if kept else "")
+            + (f", {_n(alone, 'head')} useful by rows no rule explains alone ({_heads(alone)})" if alone else "")
+            + (f", {_n(other, 'other head')} ({_heads(other)})" if other else "")
+            + (f"; of these {len(heads)}, {len(kept)} with rows no rule explains" if heads else "")
+            + (f" ({_heads(kept)})" if kept else "")
             + (f"; their rules catching under {WEAK:.0%} of the row's attention: {said}" if weak else ""))
 
 

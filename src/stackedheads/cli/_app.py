@@ -3,6 +3,8 @@ the parsers and help texts of options that several commands take."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import typer
 from rich.console import Console
 from typer.core import TyperGroup
@@ -302,6 +304,17 @@ def flag_text(error: UsageError, flag_of=flag) -> str:
     for name in error.fields:
         text = text.replace(f"'{name}'", flag_of(name))
     return text
+
+
+@contextmanager
+def own_flags(**flags: str):
+    """A :class:`UsageError` raised inside names each field in ``flags`` as the flag given there
+    (``depths="--depths"``: a field whose flag in this verb is not :func:`flag`'s) and every
+    other field as :func:`flag` writes it."""
+    try:
+        yield
+    except UsageError as e:
+        raise UsageError(flag_text(e, lambda name: flags.get(name) or flag(name))) from None
 
 
 def config_fields() -> list[tuple[str, type, str]]:

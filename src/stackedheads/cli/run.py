@@ -152,8 +152,14 @@ def claims_cmd(
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir} is not a folder")
     found = folder_claims(run_dir)
+    _note_absent_readings(run_dir, found, reading)
     if as_json:
-        sys.stdout.write(json.dumps([c.to_dict() for c in found], indent=2) + "\n")
+        # --reading filters as the readings table does: the claims with one of those readings,
+        # each with those readings only (its verdicts stay those over every reading)
+        data = [c.to_dict() for c in found if not reading or any(r.reading in reading for r in c.readings)]
+        for d in data if reading else ():
+            d["readings"] = [r for r in d["readings"] if r["reading"] in reading]
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return
     held = [c for c in found if c.verdict != NOT_RUN]  # the claims this folder's files can judge
     Console().print(claims_table(held or found, f"claims of {shown(run_dir)}"))
@@ -165,6 +171,17 @@ def claims_cmd(
     if readings or reading:
         for table in readings_table(found, reading):
             Console().print(table)
+
+
+def _note_absent_readings(run_dir: Path, found: list, asked: list[str]) -> None:
+    """One line on stderr for the asked readings no claim of ``run_dir`` has (a Section 8 folder
+    has no first-path), naming those its claims have: an empty table or JSON list is then no
+    mystery, and stdout stays the table or the JSON."""
+    have = sorted({r.reading for c in found for r in c.readings})
+    absent = [name for name in dict.fromkeys(asked) if name not in have]
+    if absent:
+        which = f"its claims' readings are {', '.join(have)}" if have else "its claims have no readings"
+        print(f"stackedheads: note: no claim in {run_dir} has the reading {' or '.join(absent)}; {which}", file=sys.stderr)
 
 
 @app.command("seeds")

@@ -12,6 +12,7 @@ from rich.table import Table
 from stackedheads import recipes
 from stackedheads.cli._app import (
     out_path,
+    own_flags,
     THREADS_HELP,
     WORKERS_HELP,
     app,
@@ -140,18 +141,19 @@ def sweep_depth_cmd(
     from stackedheads.sweeps import depth
     from stackedheads.claims import beyond, claims_table
 
-    spec = presets.depth(
-        preset,
-        depths=depth.parse_ints(depths, "--depths") if depths is not None else None,
-        layers=depth.parse_ints(layers, "--layers") if layers is not None else None,
-        seeds=parse_seeds(seeds) if seeds is not None else None,
-        device=device, dtype=dtype, steps=steps,
-    )
-    depth.check_folder(spec, out)  # before the progress bar, so a refusal is one line
-    bar, runner, on_done = _sweep_runner("depth", executor, ray_address, ray_cpus_per_job, workers, threads)
-    apply_threads(threads, spec.base.device)  # as train: local jobs may run in this process
-    with bar:
-        result = depth.run_depth(spec, out, runner, on_done=on_done)
+    with own_flags(depths="--depths"):  # the grid's field; llm-bench's 'depths' is --depth
+        spec = presets.depth(
+            preset,
+            depths=depth.parse_ints(depths, "--depths") if depths is not None else None,
+            layers=depth.parse_ints(layers, "--layers") if layers is not None else None,
+            seeds=parse_seeds(seeds) if seeds is not None else None,
+            device=device, dtype=dtype, steps=steps,
+        )
+        depth.check_folder(spec, out)  # before the progress bar, so a refusal is one line
+        bar, runner, on_done = _sweep_runner("depth", executor, ray_address, ray_cpus_per_job, workers, threads)
+        apply_threads(threads, spec.base.device)  # as train: local jobs may run in this process
+        with bar:
+            result = depth.run_depth(spec, out, runner, on_done=on_done)
     found = beyond.write_claims(out, result.rows)
     Console().print(_layers_table(result.table, beyond.d2_per_depth(result.rows)))
     Console().print(claims_table(found, beyond.SECTION))

@@ -137,7 +137,7 @@ def timeline(run_dir: str | Path, circuits: dict[int, Circuit], n_seqs: int = 32
     if len(ckpts) < 2:
         raise UsageError(f"{run_dir} has {len(ckpts)} checkpoint(s); emergence needs a run saved with several")
     if n_seqs < 1:  # a negative slice would silently keep most of the batch
-        raise UsageError(f"n_seqs must be >= 1, got {n_seqs}")
+        raise UsageError(f"'n_seqs' must be >= 1, got {n_seqs}", fields=("n_seqs",))
     cfg = TrainConfig.from_dict(_run_config(Path(run_dir)), Path(run_dir) / "config.json")
     batch = validation_batch(cfg)[:n_seqs]
     seeds = [s for s in cfg.seeds if s in circuits]

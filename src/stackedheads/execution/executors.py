@@ -244,8 +244,10 @@ class RayExecutor:
             import ray  # noqa: F401
         except ImportError:
             raise UsageError("the ray executor needs Ray: pip install 'stackedheads[ray]'") from None
-        if not cpus_per_job > 0 or max_retries < 0:  # also refuses nan
-            raise UsageError("cpus_per_job must be > 0 and max_retries >= 0")
+        if not cpus_per_job > 0:  # also refuses nan
+            raise UsageError(f"'cpus_per_job' must be > 0, got {cpus_per_job}", fields=("cpus_per_job",))
+        if max_retries < 0:
+            raise UsageError(f"'max_retries' must be >= 0, got {max_retries}", fields=("max_retries",))
         if address is not None:
             check_reachable(address)  # before any stage runs, so a typo costs seconds, not minutes
         self.address, self.cpus_per_job, self.max_retries = address, cpus_per_job, max_retries

@@ -12,6 +12,9 @@ from stackedheads.errors import UsageError
 # first of each is what every preset uses.
 CHOICES = {"in_init": ("gpt2", "torch"), "resid_scale": ("blocks", "sublayers"), "pos_embed": ("none", "learned"),
            "weight_init": ("gpt2", "transformer-lens")}
+# The sizes that follow the task (a TrainConfig sets them): no option sets them, so an error about
+# one names no option.
+FOLLOW_THE_TASK = ("d_in", "d_out", "n_queries", "n_ctx")
 
 
 @dataclass(frozen=True)
@@ -72,19 +75,18 @@ class ModelConfig:
         for name in ("d_in", "d_out", "n_queries", "n_layers", "n_heads", "d_model"):
             value = getattr(self, name)
             if not _is_int(value) or value < 1:
-                raise UsageError(f"ModelConfig.{name} must be an integer >= 1, got {value!r}")
+                raise UsageError(f"'{name}' must be a whole number >= 1, got {value!r}",
+                                 fields=() if name in FOLLOW_THE_TASK else (name,))
         if self.d_head is None:
             if self.d_model % self.n_heads:
                 raise UsageError(
-                    f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
-                    "pick another size or set d_head explicitly"
+                    f"'d_model' {self.d_model} is not divisible by 'n_heads' {self.n_heads}; "
+                    "pick another size or set 'd_head'", fields=("d_model", "n_heads", "d_head"),
                 )
         elif not _is_int(self.d_head) or self.d_head < 1:
-            raise UsageError(
-                f"ModelConfig.d_head must be None or an integer >= 1, got {self.d_head!r}"
-            )
+            raise UsageError(f"'d_head' must be None or a whole number >= 1, got {self.d_head!r}", fields=("d_head",))
         if not isinstance(self.mlp, bool):
-            raise UsageError(f"ModelConfig.mlp must be true or false, got {self.mlp!r}")
+            raise UsageError(f"'mlp' must be true or false, got {self.mlp!r}", fields=("mlp",))
         for name, allowed in CHOICES.items():
             if getattr(self, name) not in (None, *allowed):
                 raise UsageError(f"'{name}' must be one of {', '.join(allowed)}, got {getattr(self, name)!r}",
@@ -92,10 +94,10 @@ class ModelConfig:
             if getattr(self, name) == allowed[0]:  # the first choice named is the unset one: one setting, one spelling
                 object.__setattr__(self, name, None)
         if self.weight_init and self.resid_scale:
-            raise UsageError("resid_scale scales GPT-2's init; TransformerLens's scales no residual projection",
-                             fields=("weight_init", "resid_scale"))
+            raise UsageError("'resid_scale' scales GPT-2's init; 'weight_init' transformer-lens scales no residual "
+                             "projection", fields=("weight_init", "resid_scale"))
         if not _is_int(self.n_ctx) or self.n_ctx < 0:
-            raise UsageError(f"ModelConfig.n_ctx must be an integer >= 0, got {self.n_ctx!r}")
+            raise UsageError(f"'n_ctx' must be a whole number >= 0, got {self.n_ctx!r}")
 
     @property
     def head_dim(self) -> int:

@@ -25,7 +25,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from stackedheads.errors import UsageError, redact_written
+from stackedheads.errors import UsageError, brief, redact_written
 from stackedheads.state.locks import LOCK_NAME, FolderLock, first_missing, lock_holder, remove_empty_folders
 from stackedheads.state.read import (
     MAX_JSON_DEPTH,
@@ -255,7 +255,7 @@ def _differences(old: dict, new: dict, shown: int = 3) -> str:
     """``key: old there, new asked`` for the first few settings that differ (nested keys dotted)."""
     a, b = flat(old), flat(new)
     keys = [k for k in dict.fromkeys([*a, *b]) if a.get(k, "(none)") != b.get(k, "(none)")]
-    text = "; ".join(f"{k}: {str(a.get(k, '(none)'))[:40]} there, {str(b.get(k, '(none)'))[:40]} asked" for k in keys[:shown])
+    text = "; ".join(f"{k}: {brief(a.get(k, '(none)'))} there, {brief(b.get(k, '(none)'))} asked" for k in keys[:shown])
     return text + (f"; {len(keys) - shown} more" if len(keys) > shown else "")
 
 

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from stackedheads import theory
-from stackedheads.errors import UsageError
+from stackedheads.errors import UsageError, brief
 from stackedheads.execution.executors import Executor, Job, LocalExecutor, run_dir
 from stackedheads.report.plots import save_figure
 from stackedheads.state.write import (
@@ -69,12 +69,13 @@ class DepthSpec:
         for name in ("depths", "layers", "seeds"):
             values = getattr(self, name)
             if not values:
-                raise UsageError(f"the depth grid needs at least one value in {name}")
+                raise UsageError(f"'{name}' is empty: the depth grid needs at least one value in it", fields=(name,))
             if len(set(values)) != len(values):
-                raise UsageError(f"{name} must be distinct, got {list(values)}")
-        if min(self.depths) < 1 or min(self.layers) < 1:
-            raise UsageError("depths and layers must be >= 1")
-        check_seeds(self.seeds, "the depth grid")  # the rule of every run's seeds
+                raise UsageError(f"'{name}' must be distinct, got {brief(values)}", fields=(name,))
+        for name in ("depths", "layers"):
+            if min(getattr(self, name)) < 1:
+                raise UsageError(f"'{name}' must be >= 1, got {min(getattr(self, name))}", fields=(name,))
+        check_seeds(self.seeds, "the depth grid", field="seeds")  # the rule of every run's seeds
 
     def config(self, depth: int, n_layers: int) -> TrainConfig:
         return self.base.override(depth=depth, ic=True, n_layers=n_layers, seeds=self.seeds)
@@ -389,7 +390,9 @@ def run_depth(
             check_device(device)  # before depth.json records the grid
         from stackedheads.training.config import check_jobs_fit
 
-        check_jobs_fit(j.config for j in spec.jobs())  # before the grid is recorded
+        axes = {"depth": ("depths", span(spec.depths)), "n_layers": ("layers", span(spec.layers)),
+                "seeds": ("seeds", f"({len(spec.seeds)} of them)")}
+        check_jobs_fit(((j.name, j.config) for j in spec.jobs()), axes)  # before the grid is recorded
     folder = RunFolder(out, KIND)
     with folder.lock("a depth sweep"):
         folder.settle(SPEC_FILE, spec.to_dict(), "the depth sweep's grid", "another grid or preset")

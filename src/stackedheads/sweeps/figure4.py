@@ -220,7 +220,7 @@ def run_figure4(spec: Figure4Spec, out: str | Path, executor: Executor | None = 
             check_device(device)  # before sweep.json records the spec
         from stackedheads.training.config import check_jobs_fit
 
-        check_jobs_fit(j.config for j in spec.jobs())  # before the grid is recorded
+        check_jobs_fit((j.name, j.config) for j in spec.jobs())  # before the grid is recorded
     folder = RunFolder(out, KIND)
     with folder.lock("figure4 sweep"):  # another kind of folder, or a second process: one line
         folder.settle(SPEC_FILE, spec.to_dict(), "the sweep's specification", "another specification")

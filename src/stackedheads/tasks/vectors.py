@@ -63,18 +63,15 @@ class VectorTaskConfig:
         from stackedheads.validation import check_types
 
         check_types(self)  # first: the checks below compare numbers (pe_base=inf, chains=None)
-        if self.chains < 1:
-            raise UsageError(f"chains must be >= 1, got {self.chains}")
-        if self.depth < 1:
-            raise UsageError(f"depth must be >= 1, got {self.depth}")
+        for name in ("chains", "depth", "n_train", "n_val"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"'{name}' must be >= 1, got {getattr(self, name)}", fields=(name,))
         if self.dims < 2 or self.dims % 2:
-            raise UsageError(f"dims K must be even and >= 2 (sin/cos pairs), got {self.dims}")
-        if self.n_train < 1 or self.n_val < 1:
-            raise UsageError("n_train and n_val must be >= 1")
+            raise UsageError(f"'dims' (K) must be even and >= 2 (sin/cos pairs), got {self.dims}", fields=("dims",))
         if self.pe_base <= 1:
-            raise UsageError(f"pe_base must be > 1, got {self.pe_base}")
+            raise UsageError(f"'pe_base' must be > 1, got {self.pe_base}", fields=("pe_base",))
         if self.pe not in PE_KINDS:
-            raise UsageError(f"pe must be one of {', '.join(PE_KINDS)}, got {self.pe!r}")
+            raise UsageError(f"'pe' must be one of {', '.join(PE_KINDS)}, got {self.pe!r}", fields=("pe",))
 
     @property
     def seq_len(self) -> int:

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 import torch
 
 from stackedheads.validation import check_types
-from stackedheads.errors import UsageError
+from stackedheads.errors import UsageError, brief
 from stackedheads.model.config import ModelConfig
 from stackedheads.execution.process import MAX_THREADS_PER_CORE, check_threads
 from stackedheads.validation import check_seeds
@@ -84,27 +84,31 @@ class OptimConfig:
         check_types(self)  # first: the checks below compare numbers
         for name in ("lr", "weight_decay", "min_lr_ratio", "grad_clip"):
             if not math.isfinite(getattr(self, name)):
-                raise UsageError(f"{name} must be a finite number, got {getattr(self, name)}")
-        if self.lr <= 0 or self.weight_decay < 0:
-            raise UsageError("lr must be > 0 and weight decay >= 0")
+                raise UsageError(f"'{name}' must be a finite number, got {getattr(self, name)}", fields=(name,))
+        if self.lr <= 0:
+            raise UsageError(f"'lr' must be > 0, got {self.lr}", fields=("lr",))
+        if self.weight_decay < 0:
+            raise UsageError(f"'weight_decay' must be >= 0, got {self.weight_decay}", fields=("weight_decay",))
         if self.schedule not in SCHEDULES:
-            raise UsageError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+            raise UsageError(f"'schedule' must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}", fields=("schedule",))
         if not 0 <= self.min_lr_ratio <= 1:
-            raise UsageError(f"min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
+            raise UsageError(f"'min_lr_ratio' must lie in [0, 1], got {self.min_lr_ratio}", fields=("min_lr_ratio",))
         if self.grad_clip < 0:
-            raise UsageError(f"grad_clip must be >= 0 (0 = off), got {self.grad_clip}")
+            raise UsageError(f"'grad_clip' must be >= 0 (0 = off), got {self.grad_clip}", fields=("grad_clip",))
         if self.warmup_steps < 0:
-            raise UsageError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+            raise UsageError(f"'warmup_steps' must be >= 0, got {self.warmup_steps}", fields=("warmup_steps",))
         if len(self.betas) != 2 or not all(math.isfinite(b) and 0 <= b < 1 for b in self.betas):
-            raise UsageError(f"betas must be two numbers in [0, 1), got {list(self.betas)}")
+            raise UsageError(f"'betas' must be two numbers in [0, 1), got {list(self.betas)}", fields=("betas",))
         bad = set(self.decay_exempt) - set(DECAY_EXEMPTIONS)
         if bad:
-            raise UsageError(f"decay_exempt takes {', '.join(DECAY_EXEMPTIONS)}, got {sorted(bad)}")
+            raise UsageError(f"'decay_exempt' takes {', '.join(DECAY_EXEMPTIONS)}, got {sorted(bad)}", fields=("decay_exempt",))
         if self.decay_steps is not None:
             if isinstance(self.decay_steps, bool) or not isinstance(self.decay_steps, int) or not 0 < self.decay_steps <= MAX_STEPS:
-                raise UsageError(f"decay_steps must be an integer in [1, {MAX_STEPS:,}], got {self.decay_steps!r}", fields=("decay_steps",))
+                raise UsageError(f"'decay_steps' must be a whole number from 1 to {MAX_STEPS:,}, got {self.decay_steps!r}",
+                                 fields=("decay_steps",))
             if self.schedule == "constant":
-                raise UsageError("decay_steps sets where a decay ends: give it with schedule cosine or linear", fields=("decay_steps", "schedule"))
+                raise UsageError("'decay_steps' sets where a decay ends: give it with 'schedule' cosine or linear",
+                                 fields=("decay_steps", "schedule"))
 
 
 # GPT-2's recipe as we read it (Radford et al. 2019 via nanoGPT): linear warm-up, cosine decay
@@ -172,41 +176,44 @@ class TrainConfig:
         if any(getattr(self.model, k) != v for k, v in io.items()):
             object.__setattr__(self, "model", replace(self.model, **io))
         if not self.seeds:
-            raise UsageError("at least one seed is needed")
-        check_seeds(self.seeds, "'seeds'")  # the API's seeds=(-1,) made a folder the CLI calls damaged
+            raise UsageError("'seeds' is empty: at least one seed is needed", fields=("seeds",))
+        check_seeds(self.seeds, "'seeds'", field="seeds")  # the API's seeds=(-1,) made a folder the CLI calls damaged
         if len(set(self.seeds)) != len(self.seeds):
-            raise UsageError(f"seeds must be distinct, got {list(self.seeds)}")
+            raise UsageError(f"'seeds' must be distinct, got {brief(list(self.seeds))}", fields=("seeds",))
         for name in ("steps", "batch_size", "eval_every", "ckpt_every", "final_window"):
             if getattr(self, name) < 1:
-                raise UsageError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise UsageError(f"'{name}' must be >= 1, got {getattr(self, name)}", fields=(name,))
         if self.steps > MAX_STEPS:
-            raise UsageError(f"steps must be <= {MAX_STEPS:,}, got {self.steps:,}")
+            raise UsageError(f"'steps' must be <= {MAX_STEPS:,}, got {self.steps}", fields=("steps",))
         if self.threads is not None and self.threads < 1:
             # The upper bound is the machine's that trains (perf.check_threads, applied by
             # resolved()): a config.json written on a larger machine must stay readable here.
             raise UsageError(f"'threads' must be a whole number >= 1 (at most {MAX_THREADS_PER_CORE} per core of the "
                              f"machine that trains), got {self.threads}", fields=("threads",))
         if self.optim.warmup_steps >= self.steps:
-            raise UsageError(f"warmup_steps must lie in [0, steps), got {self.optim.warmup_steps}")
+            raise UsageError(f"'warmup_steps' must lie in [0, 'steps') = [0, {self.steps}), got {self.optim.warmup_steps}",
+                             fields=("warmup_steps", "steps"))
         if self.optim.decay_steps is not None and self.optim.decay_steps < self.steps:
             # A decay that ends before the run would hold the floor lr for the rest, which a
             # changed --steps with a preset's decay_steps would do without a word.
-            raise UsageError(f"decay_steps ({self.optim.decay_steps:,}) must be at least steps ({self.steps:,}): "
-                             "give --decay-steps equal to --steps to decay over the whole run", fields=("decay_steps",))
+            raise UsageError(f"'decay_steps' ({self.optim.decay_steps}) must be at least 'steps' ({self.steps}): "
+                             "give 'decay_steps' equal to 'steps' to decay over the whole run", fields=("decay_steps", "steps"))
         if self.steps_per_epoch is not None and self.steps_per_epoch < 1:
-            raise UsageError(f"steps_per_epoch must be >= 1, got {self.steps_per_epoch}")
+            raise UsageError(f"'steps_per_epoch' must be >= 1, got {self.steps_per_epoch}", fields=("steps_per_epoch",))
         if self.dtype not in DTYPE_CHOICES:
-            raise UsageError(f"dtype must be one of {', '.join(DTYPE_CHOICES)}, got {self.dtype!r}")
+            raise UsageError(f"'dtype' must be one of {', '.join(DTYPE_CHOICES)}, got {self.dtype!r}", fields=("dtype",))
         if self.dtype == "tf32" and not self.device.startswith("cuda"):
-            raise UsageError("dtype tf32 is a CUDA matmul mode: use it with 'device' cuda (float32 on a CPU)", fields=("device",))
+            raise UsageError("'dtype' tf32 is a CUDA matmul mode: use it with 'device' cuda (float32 on a CPU)",
+                             fields=("dtype", "device"))
         if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise UsageError(f"device must be cpu or cuda, got {self.device!r}")
+            raise UsageError(f"'device' must be cpu, cuda or cuda:N, got {self.device!r}", fields=("device",))
         if self.cuda_graph and not self.device.startswith("cuda"):
-            raise UsageError("cuda_graph captures CUDA kernels: use it with 'device' cuda", fields=("device",))
+            raise UsageError("'cuda_graph' captures CUDA kernels: use it with 'device' cuda", fields=("cuda_graph", "device"))
         if self.cuda_graph and self.compile:
-            raise UsageError("cuda_graph and compile are two ways to cut a GPU step's launches: choose one", fields=("compile",))
+            raise UsageError("'cuda_graph' and 'compile' are two ways to cut a GPU step's launches: choose one",
+                             fields=("cuda_graph", "compile"))
         if self.batch_size > self.task.n_train:
-            raise UsageError(f"batch size {self.batch_size} exceeds n_train {self.task.n_train}")
+            raise UsageError(f"'batch_size' {self.batch_size} exceeds 'n_train' {self.task.n_train}", fields=("batch_size", "n_train"))
 
     def model_config(self) -> ModelConfig:
         return self.model
@@ -449,11 +456,9 @@ def _size(n: float) -> str:
     return f"{n:.3g} PB"
 
 
-def check_fits(cfg: TrainConfig, memory: dict[str, int | None] | None = None) -> None:
-    """Refuse, before anything is allocated or written, a run whose memory cannot fit this
-    machine (``--d-model 1000000000`` and ``--n-train 10**12`` ended in an allocator traceback,
-    ``--layers 100000`` grew until the kernel killed it), naming the option that makes it so."""
-    memory = memory or machine_memory(cfg.device)
+def _too_big(cfg: TrainConfig, memory: dict[str, int | None]) -> tuple[str, str] | None:
+    """None if training ``cfg`` fits ``memory``; else ``(the field that most makes it so, what
+    it would need against what the machine has)``."""
     needs = memory_needed(cfg)
     one = memory["device"] == memory["host"]  # a CPU run: everything in the host's memory
     for where in ("host",) if one else ("device", "host"):
@@ -463,23 +468,47 @@ def check_fits(cfg: TrainConfig, memory: dict[str, int | None] | None = None) ->
         if have is None or total <= have:
             continue
         what, _, _, factors = max(parts, key=lambda p: p[1])
-        option = max(factors, key=factors.get)
+        return max(factors, key=factors.get), (
+            f"training would need at least {_size(total)} of memory (mostly {what}), more than this machine's {_size(have)}")
+    return None
+
+
+def check_fits(cfg: TrainConfig, memory: dict[str, int | None] | None = None) -> None:
+    """Refuse, before anything is allocated or written, a run whose memory cannot fit this
+    machine (``--d-model 1000000000`` and ``--n-train 10**12`` ended in an allocator traceback,
+    ``--layers 100000`` grew until the kernel killed it), naming the option that makes it so
+    with its value as typed (``100000``, not ``100,000``: a comma reads as a list)."""
+    found = _too_big(cfg, memory or machine_memory(cfg.device))
+    if found is not None:
+        option, need = found
         value = _field_value(cfg, option)
-        shown = f"({len(value):,} of them)" if option == "seeds" else f"{value:,}"
-        raise UsageError(
-            f"'{option}' {shown}: training would need at least {_size(total)} of memory (mostly {what}), "
-            f"more than this machine's {_size(have)}", fields=(option,),
-        )
+        shown = f"({len(value)} of them)" if option == "seeds" else f"{value}"
+        raise UsageError(f"'{option}' {shown}: {need}", fields=(option,))
 
 
-def check_jobs_fit(configs) -> None:
-    """:func:`check_fits` for each of a grid's configs (the machine's memory read once per
-    device): a sweep over ``--layers 1-100000`` was killed by the kernel after recording its grid."""
+def check_jobs_fit(jobs, axes: dict[str, tuple[str, str]] | None = None) -> None:
+    """:func:`check_fits` for each of a grid's ``(name, config)`` jobs, the machine's memory read
+    once per device (a sweep over ``--layers 1-100000`` was killed by the kernel after recording
+    its grid). ``axes``: per config field the grid varies, the grid's own field and its values
+    (``{"depth": ("depths", "1-100000")}``); a job refused for such a field names the grid's
+    field and the job (``'depths' 1-100000: run ic-D613-L8: training would need ...``), not the
+    field of one job's config, which the grid's user never typed. A job refused for any other
+    field is named with the field as :func:`check_fits` names it."""
     memory: dict[str, dict] = {}
-    for cfg in configs:
+    for name, cfg in jobs:
         if cfg.device not in memory:
             memory[cfg.device] = machine_memory(cfg.device)
-        check_fits(cfg, memory[cfg.device])
+        found = _too_big(cfg, memory[cfg.device])
+        if found is None:
+            continue
+        option, need = found
+        if option in (axes or {}):
+            grid_field, values = axes[option]
+            raise UsageError(f"'{grid_field}' {values}: run {name}: {need}", fields=(grid_field,))
+        try:
+            check_fits(cfg, memory[cfg.device])
+        except UsageError as e:
+            raise UsageError(f"run {name}: {e}", fields=e.fields) from None
 
 
 def _field_value(cfg: TrainConfig, name: str):

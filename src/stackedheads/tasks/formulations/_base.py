@@ -113,10 +113,10 @@ class Formulation:
 
     def check_chains(self, chains: int) -> int:
         if not _is_int(chains) or chains < 1:
-            raise UsageError(f"chains must be an integer >= 1, got {chains!r}")
+            raise UsageError(f"'chains' must be a whole number >= 1, got {chains!r}", fields=("chains",))
         if chains > self.max_chains:
             raise UsageError(
-                f"chains={chains} exceeds the maximum of {self.max_chains} for formulation {self.name!r}"
+                f"'chains' {chains} exceeds the maximum of {self.max_chains} for formulation {self.name!r}", fields=("chains",)
             )
         return chains
 
@@ -130,18 +130,18 @@ class Formulation:
         self.check_chains(chains)
         resolved = self.default_depth if depth is None else depth
         if not _is_int(resolved):
-            raise UsageError(f"depth must be an integer, got {depth!r}")
+            raise UsageError(f"'depth' must be a whole number, got {depth!r}", fields=("depth",))
         if self.depth_limit is None:
             if resolved != self.default_depth:
                 raise UsageError(
-                    f"formulation {self.name!r} has a fixed depth of {self.default_depth}; got depth={depth}"
+                    f"formulation {self.name!r} has a fixed depth of {self.default_depth}; got 'depth' {depth}", fields=("depth",)
                 )
             return resolved
         limit = self.depth_limit(chains)
         if not 1 <= resolved <= limit:
             raise UsageError(
-                f"depth={resolved} is out of range for formulation {self.name!r} with "
-                f"chains={chains}: allowed 1..{limit}"
+                f"'depth' {resolved} is out of range for formulation {self.name!r} with "
+                f"'chains' {chains}: allowed 1..{limit}", fields=("depth", "chains"),
             )
         return resolved
 
@@ -150,9 +150,9 @@ class Formulation:
         Question on any machine."""
         resolved = self.validate(depth, chains)
         if not _is_int(seed):
-            raise UsageError(f"seed must be an integer, got {seed!r}")
+            raise UsageError(f"'seed' must be a whole number, got {seed!r}", fields=("seed",))
         if not _is_int(index) or index < 0:
-            raise UsageError(f"index must be an integer >= 0, got {index!r}")
+            raise UsageError(f"'index' must be a whole number >= 0, got {index!r}")
         rng = random.Random(f"stackedheads/{self.name}/{resolved}/{chains}/{seed}/{index}")
         draft = self.build(rng, resolved, chains)
         return Question(
@@ -172,7 +172,7 @@ class Formulation:
         formulation), at most :data:`MAX_QUESTIONS` (all are held in memory; larger sets:
         several seeds)."""
         if not _is_int(n) or not 1 <= n <= MAX_QUESTIONS:
-            raise UsageError(f"n must be an integer between 1 and {MAX_QUESTIONS}, got {n!r}")
+            raise UsageError(f"'n' must be a whole number between 1 and {MAX_QUESTIONS}, got {n!r}", fields=("n",))
         self.validate(depth, chains)  # fail once, before generating anything
         return [self.generate(depth, chains, seed, i) for i in range(n)]
 
