@@ -120,7 +120,6 @@ def test_the_package_root_shows_the_pipeline() -> None:
     assert not (root / "claims" / "circuits.py").exists()  # a module named like the circuits/ package
 
 
-<<<<<<< HEAD
 # Entry points that are no command line: `python -m stackedheads` runs the CLI, and the local
 # executor starts `python -m stackedheads.execution.worker` with a job as JSON on stdin.
 ENTRY_POINTS = {"stackedheads.__main__", "stackedheads.execution.worker"}
@@ -169,7 +168,8 @@ def test_the_maintainers_verbs_are_cli_maintain_s_and_its_only_ones() -> None:
                          if getattr(cmd.callback, "__module__", "") == "stackedheads.cli.maintain")
     assert in_maintain == ["publish", "publish-piece", "results-index"]
     assert sorted(v for v, _ in VERB_PANELS[-1][1]) == in_maintain
-=======
+
+
 MAX_CLAIM_FUNCTION_LINES = 60  # one function a claim (sec8's a1..a5, sec9's e1..e4): none grows past this
 
 
@@ -193,4 +193,3 @@ def test_the_length_check_counts_from_def_to_the_last_line() -> None:
     assert long_functions(source(59)) == [("outer", 62)]  # inner: 60 lines, at the limit
     assert long_functions(source(60)) == [("outer", 63), ("inner", 61)]
     assert long_functions(source(57)) == []
->>>>>>> claims-91
