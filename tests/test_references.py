@@ -549,3 +549,11 @@ def test_results_index_refuses_an_impossible_recorded_value(cli, tmp_path, wall)
     r = cli("results-index", "--results", res)
     refused(r, str(path), "wall_s")
     assert (res / "README.md").read_text() == before
+
+
+def test_the_repository_results_folder_is_the_checkouts_results() -> None:
+    """``publish`` without --results writes into the checkout's results/, beside src/."""
+    from stackedheads.publishing.references import REPOSITORY_RESULTS
+
+    assert REPOSITORY_RESULTS == Path(__file__).resolve().parents[1] / "results"
+    assert (REPOSITORY_RESULTS / "README.md").is_file()

@@ -206,7 +206,13 @@ def stage_llm(preset: ReproducePreset, out: Path, ctx: Context) -> dict:
     per_model = sum(len(plan(c)) for c in configs)
     total = per_model * len(names)
     options = choice.backend_options()
-    info = choice.public()  # what is written: the backend gets the URL as given
+    if choice.backend == "llamacpp" and choice.threads is None:
+        # Every core the process may use, as training takes (llama.cpp's own default is half of
+        # them), whatever else is running; recorded with the run.
+        from stackedheads.execution.process import default_threads
+
+        options["n_threads"] = default_threads("cpu")
+    info = {**choice.public(), "threads": options["n_threads"]}  # what is written: the backend gets the URL as given
     # One model: the run folder is the stage folder itself; several: a sub-folder each.
     folders = {m: out if len(names) == 1 else out / model_dir_name(m) for m in names}
     prepare = BACKENDS[choice.backend].prepare

@@ -24,7 +24,7 @@ def missing_files(folder: Path, files: list[str]) -> list[str]:
             or not (folder / f).is_file()]
 
 
-REPOSITORY_RESULTS = Path(__file__).resolve().parents[2] / "results"  # beside src/ in a checkout
+REPOSITORY_RESULTS = Path(__file__).resolve().parents[3] / "results"  # beside src/ in a checkout
 
 
 def results_dir() -> Path | None:
