@@ -118,6 +118,20 @@ def _tensor_names(path):
         return set(f.keys()), f.metadata()
 
 
+def test_a_run_reads_each_older_checkpoint_once_to_slim_it(tmp_path, monkeypatch):
+    """Pruning after each save reads an older checkpoint's header once a run, not once per later
+    save (quadratic in the checkpoints: a run saving every 10 steps slowed as it went)."""
+    from stackedheads.training import checkpoints
+
+    reads = []
+    header = checkpoints._header
+    monkeypatch.setattr(checkpoints, "_header", lambda path: reads.append(path) or header(path))
+    train(SMOKE.override(steps=40, ckpt_every=4, keep_checkpoints=True), tmp_path / "run")
+    older = [p for _, p in list_checkpoints(tmp_path / "run")[:-2]]
+    assert len(older) == 9 and sorted(reads) == sorted(older)  # each once
+    assert all("weights_only" in header(p) for p in older)
+
+
 def test_kept_checkpoints_keep_the_optimiser_state_in_the_newest_two_only(tmp_path, capsys):
     """Older kept checkpoints hold the weights alone (what emergence reads); the newest two the
     AdamW state too, so a damaged newest one still resumes exactly."""

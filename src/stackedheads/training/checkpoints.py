@@ -163,12 +163,20 @@ def _header(path: Path) -> dict[str, str] | None:
         return None
 
 
-def slim_older_checkpoints(run_dir: Path) -> None:
+def slim_older_checkpoints(run_dir: Path, settled: set[Path] | None = None) -> None:
     """Rewrite every checkpoint but the newest two with its weights alone (atomically, as it was
     written). Resuming needs the AdamW state of the newest sound one, and a damaged newest falls
     back to its predecessor; analysis reads weights only. One that cannot be read is left as it
-    is: resuming or analysis says so where it is read."""
+    is: resuming or analysis says so where it is read.
+
+    ``settled``, kept by a caller that prunes after every save, holds the checkpoints already
+    slimmed or left as they are: each is then read once in a run, not once per later save (a
+    run checkpointing every 10 steps read its 200th save's 198 older headers)."""
     for step, path in list_checkpoints(run_dir)[:-2]:
+        if settled is not None:
+            if path in settled:
+                continue
+            settled.add(path)
         meta = _header(path)
         if meta is None or "weights_only" in meta:
             continue

@@ -181,6 +181,7 @@ def _train_steps(cfg: TrainConfig, run_dir: Path, dev: torch.device, progress, s
     train_step = make_step(cfg, model, forward, opt, dtype)
     t0 = time.perf_counter()
     ckpt = CheckpointWriter()
+    slimmed: set[Path] = set()  # older checkpoints already slimmed: each is read once a run
     with ckpt, open(metrics_path, "a", newline="") as mf:
         writer = csv.DictWriter(mf, fieldnames=columns, lineterminator="\n")
         if new_file:
@@ -207,7 +208,7 @@ def _train_steps(cfg: TrainConfig, run_dir: Path, dev: torch.device, progress, s
                 # Keep the last two whole: a damaged newest one falls back to its predecessor.
                 # Older kept ones lose their AdamW state (analysis reads weights only).
                 if cfg.keep_checkpoints:
-                    prune = lambda: slim_older_checkpoints(run_dir)  # noqa: E731
+                    prune = lambda: slim_older_checkpoints(run_dir, slimmed)  # noqa: E731
                 else:
                     prune = lambda: [p.unlink() for _, p in list_checkpoints(run_dir)[:-2]]  # noqa: E731
                 ckpt.save(checkpoint_path(run_dir, done), model, opt, done, cfg, then=prune)
