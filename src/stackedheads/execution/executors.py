@@ -83,6 +83,25 @@ class Executor(Protocol):
     def run(self, jobs: Sequence[Job], out: Path, on_done: Callable[[Job], None] | None = None) -> None: ...
 
 
+def run_unfinished(jobs: Sequence[Job], out: Path, executor: Executor | None,
+                   on_done: Callable[[Job, int, int], None] | None = None) -> int:
+    """Run a grid's jobs whose run is not complete in ``out`` on ``executor`` (default: this
+    machine), ``on_done(job, finished, to_run)`` after each; returns how many it ran."""
+    from stackedheads.training import run_is_complete
+
+    todo = [j for j in jobs if not run_is_complete(run_dir(out, j))]
+    finished = 0
+
+    def done(job: Job) -> None:
+        nonlocal finished
+        finished += 1
+        if on_done:
+            on_done(job, finished, len(todo))
+
+    (executor or LocalExecutor()).run(todo, out, on_done=done)
+    return len(todo)
+
+
 class LocalExecutor:
     """This machine: one job after another in this process (``workers=1``), or ``workers``
     jobs at once in worker processes, each with ``threads`` intra-op threads.

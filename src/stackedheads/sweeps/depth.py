@@ -33,7 +33,7 @@ from pathlib import Path
 
 from stackedheads import theory
 from stackedheads.errors import UsageError, brief
-from stackedheads.execution.executors import Executor, Job, LocalExecutor, run_dir
+from stackedheads.execution.executors import Executor, Job, LocalExecutor, run_dir, run_unfinished
 from stackedheads.report.plots import save_figure
 from stackedheads.state.write import (
     RunFolder,
@@ -47,7 +47,6 @@ from stackedheads.training import (
     check_device,
     read_metrics,
     read_summary,
-    run_is_complete,
 )
 
 SPEC_FILE = "depth.json"
@@ -397,19 +396,11 @@ def run_depth(
     with folder.lock("a depth sweep"):
         folder.settle(SPEC_FILE, spec.to_dict(), "the depth sweep's grid", "another grid or preset")
         jobs = spec.jobs()
-        todo = [j for j in jobs if not run_is_complete(run_dir(out, j))]
-        finished = [0]
-
-        def done(job: Job) -> None:
-            finished[0] += 1
-            if on_done:
-                on_done(job, finished[0], len(todo))
-
-        (executor or LocalExecutor()).run(todo, out, on_done=done)
+        ran = run_unfinished(jobs, out, executor, on_done)
         rows = job_rows(jobs, out)
         write_results_jsonl(rows, out / "results.jsonl")
         write_summary_csv(rows, out / "summary.csv")
         table = phase_table(rows)
         atomic_write_json(out / "phase.json", table)
         figures = plot_phase(rows, out)
-    return DepthResult(rows, table, figures, len(todo))
+    return DepthResult(rows, table, figures, ran)

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from stackedheads.errors import UsageError
-from stackedheads.execution.executors import Executor, Job, LocalExecutor, run_dir
+from stackedheads.execution.executors import Executor, Job, LocalExecutor, run_dir, run_unfinished
 from stackedheads.report.plots import pyplot, save_figure
 from stackedheads.state.write import (
     RunFolder,
@@ -229,15 +229,7 @@ def run_figure4(spec: Figure4Spec, out: str | Path, executor: Executor | None = 
 
 def _run_figure4_locked(spec: Figure4Spec, out: Path, executor: Executor | None, on_done) -> list[dict]:
     jobs = spec.jobs()
-    todo = [j for j in jobs if not run_is_complete(run_dir(out, j))]
-    finished = [0]
-
-    def done(job: Job) -> None:
-        finished[0] += 1
-        if on_done:
-            on_done(job, finished[0], len(todo))
-
-    (executor or LocalExecutor()).run(todo, out, on_done=done)
+    run_unfinished(jobs, out, executor, on_done)
     rows = job_rows(jobs, out)
     write_summary_csv(rows, out / "summary.csv")
     plot_figure4(rows, out)
