@@ -608,3 +608,26 @@ def test_a_bug_in_a_claim_is_a_traceback_and_a_damaged_timeline_one_line(tmp_pat
 
     with pytest.raises(UsageError, match=r"timeline.json has the wrong shape \(epochs is missing\): delete .*done.json"):
         read_timeline(tmp_path / "seed0" / "timeline.json", tmp_path)
+
+
+def test_a_partial_circuit_says_what_its_unexplained_rows_left_to_the_head_give():
+    """A3's INCONCLUSIVE for a partial circuit says whether explaining its rows could suffice:
+    the combined ablation with them left to the head (losses.json), under each reading."""
+    from stackedheads.circuits.paths import COMBINED_KEPT_TEXT
+
+    def a3(kept_partial):
+        losses = [{"ablation": COMBINED_KEPT_TEXT, "loss": sum(kept_partial) / 3, "partial": list(kept_partial)}]
+        f = found(combined=(0.01, 0.05, 0.3), unexplained=[(3, 0, "query")], losses=losses)
+        c = next(c for c in sec8.circuit_claims({"train": train(), "circuits": {"0": f}}) if c.id == "A3")
+        return c.verdict, {r.reading: r.measured for r in c.readings}
+
+    verdict, text = a3((0.01, 0.03, 0.07))
+    assert verdict == INCONCLUSIVE
+    assert "with them left to the head: combined ablation 0.0367" in text["combined-loss"]
+    assert "with them left to the head: x3 0.070/0.050 over budget" in text["per-position"]
+    _, text = a3((0.01, 0.03, 0.04))
+    assert "with them left to the head: every position within budget" in text["per-position"]
+    # A discovery that did not measure the kept rows says nothing of them.
+    f = found(combined=(0.01, 0.05, 0.3), unexplained=[(3, 0, "query")])
+    c = next(c for c in sec8.circuit_claims({"train": train(), "circuits": {"0": f}}) if c.id == "A3")
+    assert "left to the head" not in c.measured

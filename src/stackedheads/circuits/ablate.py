@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from stackedheads.circuits.paths import SINK, CircuitPath, Link, Row, dst_parts, path_key  # noqa: F401 (path_key: the CLI's)
+from stackedheads.circuits.paths import COMBINED_KEPT_TEXT, SINK, CircuitPath, Link, Row, dst_parts, path_key  # noqa: F401 (path_key: the CLI's)
 from stackedheads.circuits.rules import (
     KEPT,
     ROLES,
@@ -457,7 +457,7 @@ class Ablation:
             return "-" + keys[0] if len(keys) == 1 else "-(" + " + ".join(keys) + ")"
         if self.kind == "row":
             return "-" + self.row.key
-        return {"combined-kept": "combined, unexplained rows kept"}.get(self.kind, self.kind)
+        return {"combined-kept": COMBINED_KEPT_TEXT}.get(self.kind, self.kind)
 
     @classmethod
     def removed(cls, *paths: tuple) -> Ablation:

@@ -16,6 +16,9 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+# losses.json's name for the combined ablation with unexplained rows left to the head (App. E step 5).
+COMBINED_KEPT_TEXT = "combined, unexplained rows kept"
+
 SINK = -1  # a path's dst: sequence position 0 (an attention sink), not a chain position
 RETRIEVAL, POSITIONAL, CROSS_CHAIN = "retrieval", "positional", "cross-chain"  # kinds of path
 

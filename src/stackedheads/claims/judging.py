@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from stackedheads.state import pieces
-from stackedheads.circuits.paths import CircuitPath, path_kind
+from stackedheads.circuits.paths import COMBINED_KEPT_TEXT, CircuitPath, path_kind
 from stackedheads.claims._core import FAIL, INCONCLUSIVE, NOT_LEARNED, PASS
 from stackedheads.claims.stage_files import LABEL_COVER
 
@@ -161,9 +161,23 @@ def validation(found: dict) -> tuple[str, str]:
     if unexplained:
         return INCONCLUSIVE, text + (
             f"; partial circuit: {', '.join(over)} over budget with {len(unexplained)} unexplained rows made uniform "
-            f"({row_text(found, unexplained)})"
+            f"({row_text(found, unexplained)}){kept_text(found, per_position=True)}"
         )
     return FAIL, text + f"; {', '.join(over)} over budget"
+
+
+def kept_text(found: dict, per_position: bool = False) -> str:
+    """What a partial circuit's combined ablation gives with its unexplained rows left to the
+    head (losses.json's :data:`~stackedheads.circuits.paths.COMBINED_KEPT_TEXT` row): whether explaining those rows alone
+    could bring it within budget. "" where the row was not measured."""
+    kept = next((r for r in found.get("losses") or [] if r["ablation"] == COMBINED_KEPT_TEXT), None)
+    if kept is None:
+        return ""
+    if per_position:
+        over = [f"x{j} {p:.3f}/{b:.3f}" for j, (p, b) in enumerate(zip(kept["partial"], found["budgets"], strict=True), start=1)
+                if p > b]
+        return f"; with them left to the head: {', '.join(over) + ' over budget' if over else 'every position within budget'}"
+    return f"; with them left to the head: combined ablation {kept['loss']:.4f}"
 
 
 def first_head_pairs(found: dict, depth: int) -> tuple[bool | None, str]:
@@ -271,7 +285,8 @@ def validation_total(found: dict) -> tuple[str, str]:
     if comb < budget:
         return PASS, text + (f"; {len(unexplained)} unexplained rows made uniform ({row_text(found, unexplained)})" if unexplained else "")
     if unexplained:
-        return INCONCLUSIVE, text + f"; partial circuit: {len(unexplained)} unexplained rows made uniform ({row_text(found, unexplained)})"
+        return INCONCLUSIVE, text + (f"; partial circuit: {len(unexplained)} unexplained rows made uniform "
+                                     f"({row_text(found, unexplained)}){kept_text(found)}")
     return FAIL, text
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from stackedheads.state import layout
 from stackedheads.state import pieces
-from stackedheads.circuits.paths import CircuitPath, path_kind
+from stackedheads.circuits.paths import COMBINED_KEPT_TEXT, CircuitPath, path_kind
 from stackedheads.errors import UsageError
 from stackedheads.state.schemas import DiscoverySummary, Timeline, TrainSummary, check
 from stackedheads.state.write import read_state_json
@@ -278,7 +278,7 @@ def hurt_most(found: dict | None, keys: list[str]) -> dict[str, int] | None:
     if not found or not found.get("losses"):
         return None
     rows = {r["ablation"]: r["partial"] for r in found["losses"]}
-    base = rows.get("combined, unexplained rows kept", rows.get("combined"))
+    base = rows.get(COMBINED_KEPT_TEXT, rows.get("combined"))
     if base is None:
         return None
     tol = found.get("tolerance", 0)
