@@ -336,7 +336,9 @@ main(sys.argv[1:])
 def test_sigint_during_train_is_one_line(tmp_path):
     out = tmp_path / "run"
     p = subprocess.Popen(
-        [sys.executable, "-c", _SAY_WHEN_TRAINING, "train", "--preset", "smoke", "--steps", "1000000", "--out", str(out)],
+        # -X faulthandler: a crash instead of the exit prints where each thread was.
+        [sys.executable, "-X", "faulthandler", "-c", _SAY_WHEN_TRAINING, "train", "--preset", "smoke", "--steps", "1000000",
+         "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
         # A test run started in the background inherits SIGINT ignored (POSIX shells do that to
         # background jobs); the user's terminal never does.
@@ -356,7 +358,7 @@ def test_sigint_during_train_is_one_line(tmp_path):
         if p.poll() is None:
             p.kill()
             p.communicate()
-    assert p.returncode == 130 and "Traceback" not in stderr
+    assert p.returncode == 130 and "Traceback" not in stderr, (p.returncode, stderr[-4000:])
     assert "stackedheads: interrupted" in stderr and "resume" in stderr
 
 
