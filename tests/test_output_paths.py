@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import threading
 
 import pytest
 from helpers import one_error, refused

@@ -9,7 +9,6 @@ from pathlib import Path
 from stackedheads.state import pieces
 from stackedheads.circuits.paths import COMBINED_KEPT_TEXT, CircuitPath, path_kind
 from stackedheads.claims._core import FAIL, INCONCLUSIVE, NOT_LEARNED, PASS
-from stackedheads.claims.stage_files import LABEL_COVER
 
 # A circuit of a model that has not learned proves nothing: circuit and emergence claims need
 # every chain position's final partial loss at most this fraction of the 1 - 1/N plateau (0.15
