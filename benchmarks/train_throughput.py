@@ -72,6 +72,7 @@ FAMILIES = {
 # Inductor names a fused kernel after the ops in it (``cpp_fused__to_copy_add_softmax...``): it is
 # matched as fused before any family whose op it names.
 FUSED = "compiled kernels (fused)"
+MATCH_ORDER = [(FUSED, FAMILIES[FUSED])] + [(k, v) for k, v in FAMILIES.items() if k != FUSED]
 
 
 def parse_variant(name: str) -> dict:
@@ -278,7 +279,7 @@ def _profile(spec: dict) -> dict:
         if ev.key.startswith(("ProfilerStep", "autograd::", "Optimizer.zero_grad")):
             continue
         secs = ev.self_cpu_time_total / 1e6 / n
-        for k, needles in sorted(FAMILIES.items(), key=lambda kv: kv[0] != FUSED):
+        for k, needles in MATCH_ORDER:
             if any(s in ev.key for s in needles):
                 fam[k] += secs
                 break
