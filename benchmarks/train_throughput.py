@@ -25,7 +25,9 @@ Measurements:
    graphs dynamo compiled (the step's, the evaluation's: more means recompiles);
 3. ``roofline``: one eager step of the last variant op by op (``stackedheads.model.costs.OpTally``),
    FLOPs and bytes per operator family against the peak and the bandwidth: each family's floor
-   ``max(FLOPs / peak, bytes / bandwidth)`` and how near its time comes to it;
+   ``max(FLOPs / peak, bytes / bandwidth)`` and how near its time comes to it; and the path each
+   matmul of that step takes (its aten matmuls by dtype beside oneDNN's logged executions by
+   implementation: a matmul oneDNN does not log ran on aten's own path, MKL for float32);
 4. ``profile``: where a step's time goes by operator family (torch.profiler, self time; compiled
    kernels with their names), for the first and the last variant;
 5. ``sweep``: the quick Figure 4 sweep shortened to ``--sweep-steps`` steps per job (``--sweep``).
@@ -192,6 +194,8 @@ def _worker(spec: dict) -> dict:
         return _profile(spec)
     if spec["kind"] == "roofline":
         return _roofline(spec)
+    if spec["kind"] == "paths":
+        return _paths(spec)
     if spec["kind"] == "machine":
         return machine(spec)
     import torch
@@ -245,6 +249,89 @@ def _roofline(spec: dict) -> dict:
         for b in batches:
             step(b)
     return tally.scaled(1 / len(batches))
+
+
+MATMULS = ("mm", "bmm", "addmm", "baddbmm", "addbmm", "_scaled_dot_product_flash_attention_for_cpu")
+
+
+def onednn_calls(log: str) -> dict[str, list[float]]:
+    """``ONEDNN_VERBOSE``'s executions in ``log``, by primitive, implementation and source dtype:
+    ``"matmul brg_matmul:avx512_core_amx bf16" -> [calls, milliseconds]``."""
+    import re
+
+    out: dict[str, list[float]] = {}
+    for line in log.splitlines():
+        parts = line.split(",")
+        if "exec" not in parts:
+            continue
+        i = parts.index("exec")
+        if len(parts) < i + 4:
+            continue
+        src = re.search(r"src:(\w+):", line)
+        key = f"{parts[i + 2]} {parts[i + 3]} {src.group(1) if src else '?'}"
+        row = out.setdefault(key, [0, 0.0])
+        row[0] += 1
+        try:
+            row[1] += float(parts[-1])
+        except ValueError:
+            pass
+    return out
+
+
+ONEDNN_DTYPES = {"bf16": "bfloat16", "f32": "float32", "f16": "float16"}
+
+
+def path_lines(paths: dict) -> list[str]:
+    """Per dtype: the step's matmul calls and how many of them oneDNN executed, with which kernel."""
+    lines = []
+    for dt in sorted({k.split()[1] for k in paths["aten"]}):
+        calls = {k.split()[0]: c for k, c in paths["aten"].items() if k.split()[1] == dt}
+        ran = [(k.split()[1], c, ms) for k, (c, ms) in paths["onednn"].items() if ONEDNN_DTYPES.get(k.split()[2]) == dt]
+        via = "; ".join(f"{n} through oneDNN {impl} ({ms:.1f} ms)" for impl, n, ms in ran) or \
+            "none through oneDNN: aten's own path (MKL)"
+        lines.append(f"{dt}: {sum(calls.values())} calls ({', '.join(f'{op} x{c}' for op, c in sorted(calls.items()))}), {via}")
+    return lines
+
+
+def _paths(spec: dict) -> dict:
+    """The path each matmul of one eager step takes: oneDNN's executions, logged by its verbose
+    mode for that step alone (``brg_matmul:avx512_core_amx`` on AMX tiles, ``avx512_core_bf16`` on
+    AVX512-BF16), beside the step's aten matmuls by op and output dtype. Matmuls oneDNN does not
+    log ran on aten's own path (MKL for float32 on x86)."""
+    import ctypes
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    cfg, t, model, forward, dtype, caches, step = _setup({**spec, "compile": False})
+    for i in range(2):
+        step(t.member_batches(cfg, i, caches))
+    batch = t.member_batches(cfg, 2, caches)
+    aten: dict[str, int] = {}
+
+    class _Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            name = func.overloadpacket.__name__
+            if name in MATMULS:
+                first = out[0] if isinstance(out, tuple) else out
+                key = f"{name} {str(first.dtype).removeprefix('torch.')}"
+                aten[key] = aten.get(key, 0) + 1
+            return out
+
+    sys.stdout.flush()
+    with tempfile.TemporaryFile(mode="w+") as log:
+        saved = os.dup(1)
+        os.dup2(log.fileno(), 1)
+        try:
+            with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON), _Count():
+                step(batch)
+        finally:
+            ctypes.CDLL(None).fflush(None)  # oneDNN's lines into the log, not after the JSON
+            os.dup2(saved, 1)
+            os.close(saved)
+        log.seek(0)
+        return {"onednn": onednn_calls(log.read()), "aten": aten}
 
 
 def _profile(spec: dict) -> dict:
@@ -565,6 +652,12 @@ def _measure(args, variants: dict, sizes: tuple, seeds: list, peaks: dict, trees
                 if key.startswith(f"{size}/{n or ''}".rstrip("/")) and key.endswith("/idle"):
                     print(f"{'':<10} " + "  ".join(f"{name} {r['step_s'] * 1e3:.0f} ms ({step['floor_s'] / r['step_s']:.0%} of the floor)"
                                                    for name, r in rs.items()))
+            paths = run_worker({"kind": "paths", "size": size, "seeds": n, "threads": args.threads,
+                                **{**v, "tree": "new", "compile": False}}, trees)
+            result.setdefault("paths", {})[size] = paths
+            print(f"{'':<10} matmul paths in that step (aten's calls by output dtype; oneDNN's executions from its log):")
+            for line in path_lines(paths):
+                print(f"{'':<10}   {line}")
 
     if not args.no_profile:
         last = list(variants)[-1]
