@@ -53,9 +53,12 @@ def factored_forward(model, x: Tensor, attention: Callable[[Tensor, Tensor, Tens
     model's causal attention of (batch, H, T, d_head) q, k and v; ``eps`` its LayerNorm epsilon.
 
     Layout: a factor is (E, width, B T), positions last, so the factors so far are one contiguous
-    concatenation of rows and each LayerNorm's map is one (E, out, width) x (E, width, B T)
-    product: the ``3 d_attn`` rows of the next q, k, v in the compute dtype, the ``d_attn + 1``
-    rows of ``r`` in float32.
+    concatenation of rows, grown by one concatenation a layer, and each LayerNorm's map is one
+    (E, out, width) x (E, width, B T) product: the ``3 d_attn`` rows of the next q, k, v in the
+    compute dtype, the ``d_attn + 1`` rows of ``r`` in float32. q, k and v are formed from that
+    product positions first, as the attention reads them, so the gradients of their bias and of
+    the norm's scale are sums with the features innermost, which inductor vectorises (and a
+    compiled evaluation copies the factors once a layer, not once per factor: docs/speed.md).
     """
     cfg = model.config
     E, B, T, _ = x.shape
@@ -87,29 +90,29 @@ def factored_forward(model, x: Tensor, attention: Callable[[Tensor, Tensor, Tens
         u0 = torch.cat(parts, dim=-1).reshape(E, B * T, -1).transpose(1, 2).contiguous()  # (E, w_0, BT)
         G = torch.bmm(Mc[0], Mc[0].transpose(1, 2))
         sq = (torch.bmm(G, u0) * u0).sum(1)  # (E, BT): |h_0 C|^2
-        u = [u0.to(cdt)]
+        U = u0.to(cdt)
 
     for l, block in enumerate(blocks):
-        U = u[0] if l == 0 else torch.cat(u, dim=1)  # (E, w_l, BT)
         with torch.autocast(off, enabled=False):
             W_qkv, b_qkv = _folded(block.ln1, block.attn.W_qkv, block.attn.b_qkv)
             # q, k, v's map and the next factor's rows (for r), one product: (E, 3 da + da + 1, w_l)
             A = weights(l, torch.cat([W_qkv, Mc[l + 1].transpose(1, 2)], dim=-1))
             proj = torch.bmm(A.to(cdt), U)  # (E, 3 da + da + 1, BT)
-            scale = torch.rsqrt(sq / d + eps).unsqueeze(1)  # (E, 1, BT): 1 / s_l
-            qkv = torch.addcmul(b_qkv.unsqueeze(-1), proj[:, : 3 * da], scale)  # (E, 3 da, BT), wdt
-            q, k, v = qkv.view(E, 3, H, dh, B, T).permute(1, 0, 4, 2, 5, 3).reshape(3, E * B, H, T, dh)
+            scale = torch.rsqrt(sq / d + eps)  # (E, BT): 1 / s_l
+            # q, k, v = b + proj / s_l, formed positions first, as the attention reads them
+            qkv = torch.addcmul(b_qkv.unsqueeze(1), proj[:, : 3 * da].transpose(1, 2), scale.unsqueeze(-1))  # (E, BT, 3 da)
+            q, k, v = (t.transpose(2, 3).reshape(E * B, H, T, dh) for t in qkv.view(E, B, T, 3, H, dh).unbind(3))
             z = attention(q, k, v)  # (E B, H, T, dh)
             z = z.view(E, B, H, T, dh).permute(0, 2, 4, 1, 3).reshape(E, da, B * T)
             u_next = torch.cat([z, z.new_ones(E, 1, B * T)], dim=1)  # (E, da + 1, BT)
             G = torch.bmm(Mc[l + 1], Mc[l + 1].transpose(1, 2))  # (E, da + 1, da + 1)
             r = proj[:, 3 * da :].to(wdt)  # h_l C Mc_{l+1}^T
             sq = sq + ((2 * r + torch.bmm(G, u_next)) * u_next).sum(1)
-        u.append(u_next.to(cdt))
+        U = torch.cat([U, u_next.to(cdt)], dim=1)  # (E, w_{l+1}, BT)
 
     # The readout at the last N positions: ln_f(h_L) @ W_readout + b, in float32.
     with torch.autocast(off, enabled=False):
-        U = torch.cat(u, dim=1).view(E, -1, B, T)[..., -N:].reshape(E, -1, B * N).to(wdt)
+        U = U.view(E, -1, B, T)[..., -N:].reshape(E, -1, B * N).to(wdt)
         W_ro, b_ro = _folded(model.ln_f, model.W_readout, model.b_readout)
         scale = torch.rsqrt(sq.view(E, B, T)[..., -N:].reshape(E, 1, B * N) / d + eps)
         out = torch.addcmul(b_ro.unsqueeze(-1), torch.bmm(weights(L, W_ro), U), scale)  # (E, d_out, BN)
