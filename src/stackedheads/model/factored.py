@@ -47,10 +47,11 @@ def _folded(ln, W: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
     return ln.weight.unsqueeze(-1) * W, torch.baddbmm(b.unsqueeze(1), ln.bias.unsqueeze(1), W).squeeze(1)
 
 
-def factored_forward(model, x: Tensor, attention: Callable[[Tensor, Tensor, Tensor], Tensor], eps: float) -> Tensor:
+def factored_forward(model, x: Tensor, attention: Callable[..., Tensor], eps: float) -> Tensor:
     """``model(x)`` for an attention-only :class:`EnsembleTransformer`, computed from the stream's
     factors (module docstring): x (E, B, T, d_in) -> (E, B, n_queries, d_out). ``attention`` is the
-    model's causal attention of (batch, H, T, d_head) q, k and v; ``eps`` its LayerNorm epsilon.
+    model's causal attention of (batch, H, T, d_head) q, k and v (and a mask of which keys each
+    query sees, for the last block's N queries); ``eps`` its LayerNorm epsilon.
 
     Layout: a factor is (E, width, B T), positions last, so the factors so far are one contiguous
     concatenation of rows, grown by one concatenation a layer, and each LayerNorm's map is one
@@ -102,18 +103,22 @@ def factored_forward(model, x: Tensor, attention: Callable[[Tensor, Tensor, Tens
             # q, k, v = b + proj / s_l, formed positions first, as the attention reads them
             qkv = torch.addcmul(b_qkv.unsqueeze(1), proj[:, : 3 * da].transpose(1, 2), scale.unsqueeze(-1))  # (E, BT, 3 da)
             q, k, v = (t.transpose(2, 3).reshape(E * B, H, T, dh) for t in qkv.view(E, B, T, 3, H, dh).unbind(3))
-            z = attention(q, k, v)  # (E B, H, T, dh)
-            z = z.view(E, B, H, T, dh).permute(0, 2, 4, 1, 3).reshape(E, da, B * T)
-            u_next = torch.cat([z, z.new_ones(E, 1, B * T)], dim=1)  # (E, da + 1, BT)
-            G = torch.bmm(Mc[l + 1], Mc[l + 1].transpose(1, 2))  # (E, da + 1, da + 1)
             r = proj[:, 3 * da :].to(wdt)  # h_l C Mc_{l+1}^T
+            if l < L - 1:
+                z, P = attention(q, k, v), T  # (E B, H, T, dh)
+            else:  # after the last block only the readout's N positions are read
+                mask = torch.ones(N, T, dtype=torch.bool, device=x.device).tril(T - N)
+                z, P = attention(q[:, :, -N:], k, v, mask), N
+                r, sq, U = (t.view(*t.shape[:-1], B, T)[..., -N:].flatten(-2) for t in (r, sq, U))
+            z = z.view(E, B, H, P, dh).permute(0, 2, 4, 1, 3).reshape(E, da, B * P)
+            u_next = torch.cat([z, z.new_ones(E, 1, B * P)], dim=1)  # (E, da + 1, B P)
+            G = torch.bmm(Mc[l + 1], Mc[l + 1].transpose(1, 2))  # (E, da + 1, da + 1)
             sq = sq + ((2 * r + torch.bmm(G, u_next)) * u_next).sum(1)
-        U = torch.cat([U, u_next.to(cdt)], dim=1)  # (E, w_{l+1}, BT)
+        U = torch.cat([U, u_next.to(cdt)], dim=1)  # (E, w_{l+1}, B P)
 
     # The readout at the last N positions: ln_f(h_L) @ W_readout + b, in float32.
     with torch.autocast(off, enabled=False):
-        U = U.view(E, -1, B, T)[..., -N:].reshape(E, -1, B * N).to(wdt)
         W_ro, b_ro = _folded(model.ln_f, model.W_readout, model.b_readout)
-        scale = torch.rsqrt(sq.view(E, B, T)[..., -N:].reshape(E, 1, B * N) / d + eps)
-        out = torch.addcmul(b_ro.unsqueeze(-1), torch.bmm(weights(L, W_ro), U), scale)  # (E, d_out, BN)
+        scale = torch.rsqrt(sq.unsqueeze(1) / d + eps)
+        out = torch.addcmul(b_ro.unsqueeze(-1), torch.bmm(weights(L, W_ro), U.to(wdt)), scale)  # (E, d_out, BN)
     return out.view(E, -1, B, N).permute(0, 2, 3, 1)
