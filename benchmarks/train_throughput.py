@@ -494,11 +494,10 @@ def onednn_path(dtype_name: str) -> str:
             "b = torch.randn(4, 512, 48, dtype=d); torch.bmm(a, b)") % dtype_name
     env = {**os.environ, "ONEDNN_VERBOSE": "1", "DNNL_VERBOSE": "1"}
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
-    for line in r.stdout.splitlines():
-        parts = line.split(",")
-        if "exec" in parts and "matmul" in parts:
-            i = parts.index("matmul")
-            return parts[i + 1] if i + 1 < len(parts) else "oneDNN"
+    for key in onednn_calls(r.stdout):
+        kind, impl, _ = key.split()
+        if kind == "matmul":
+            return impl
     return "aten (MKL or its own; no oneDNN call)"
 
 
