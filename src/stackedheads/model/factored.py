@@ -24,9 +24,9 @@ or backward: the dense step's time went to those passes (docs/speed.md's rooflin
 
 The algebra is exact; the floating-point sums are in another order, so the outputs agree with
 :meth:`EnsembleTransformer.run_from`'s to rounding (``tests/test_factored.py`` holds them to
-float64 and the gradients too). The norms' parts (``r`` and the Gram terms) are computed in
-float32 whatever the compute dtype: they are differences of larger terms, where bfloat16's
-rounding would show. The model takes this path when nothing observes its stream: no MLP, no hook
+float64 and the gradients too). The norms' running sums and Gram terms are computed in float32
+whatever the compute dtype: they are differences of larger terms, where bfloat16's rounding
+would show. The model takes this path when nothing observes its stream: no MLP, no hook
 listening, not ``slow_attention`` (:meth:`EnsembleTransformer.factorable`).
 """
 
@@ -47,6 +47,49 @@ def _folded(ln, W: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
     return ln.weight.unsqueeze(-1) * W, torch.baddbmm(b.unsqueeze(1), ln.bias.unsqueeze(1), W).squeeze(1)
 
 
+@torch.library.custom_op("stackedheads::add_product_", mutates_args=("g",))
+def _add_product_(g: Tensor, A: Tensor, D: Tensor) -> None:
+    """``g += A^T D`` in place: g (E, w, P), A (E, r, w), D (E, r, P). An op of its own so that a
+    compiled backward keeps it in place (inductor re-inplaces a mutating custom op; an aten
+    in-place product on an intermediate compiles to a new product and a copy)."""
+    g.baddbmm_(A.transpose(1, 2), D)
+
+
+@_add_product_.register_fake
+def _(g: Tensor, A: Tensor, D: Tensor) -> None:
+    return None
+
+
+class _Grow(torch.autograd.Function):
+    """``(A @ U, U)`` with ``U = cat(U_prev, u)``: a layer's product of the factors so far.
+
+    The backward adds ``A^T dproj`` into the gradient that the next layer passed back for U, in
+    place, and hands its first rows on as U_prev's: the factors' gradients are summed in one
+    buffer over the layers, by the products themselves, instead of a product and a sum of two
+    wide tensors a layer."""
+
+    @staticmethod
+    def forward(A: Tensor, U_prev: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
+        U = torch.cat([U_prev, u], dim=1)
+        return torch.bmm(A, U), U
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.save_for_backward(inputs[0], output[1])
+        ctx.w = inputs[1].shape[1]
+
+    @staticmethod
+    def backward(ctx, dproj: Tensor, dU: Tensor | None):
+        A, U = ctx.saved_tensors
+        if dU is None:  # U was not used after this layer
+            g = torch.bmm(A.transpose(1, 2), dproj)
+        else:  # dU is this layer's alone: the next layer's buffer, or the readout's
+            g = dU
+            _add_product_(g, A, dproj)
+        dA = torch.bmm(dproj, U.transpose(1, 2)) if ctx.needs_input_grad[0] else None
+        return dA, g[:, : ctx.w] if ctx.needs_input_grad[1] else None, g[:, ctx.w :]
+
+
 def factored_forward(model, x: Tensor, attention: Callable[..., Tensor], eps: float) -> Tensor:
     """``model(x)`` for an attention-only :class:`EnsembleTransformer`, computed from the stream's
     factors (module docstring): x (E, B, T, d_in) -> (E, B, n_queries, d_out). ``attention`` is the
@@ -54,9 +97,10 @@ def factored_forward(model, x: Tensor, attention: Callable[..., Tensor], eps: fl
     query sees, for the last block's N queries); ``eps`` its LayerNorm epsilon.
 
     Layout: a factor is (E, width, B T), positions last, so the factors so far are one contiguous
-    concatenation of rows, grown by one concatenation a layer, and each LayerNorm's map is one
-    (E, out, width) x (E, width, B T) product: the ``3 d_attn`` rows of the next q, k, v in the
-    compute dtype, the ``d_attn + 1`` rows of ``r`` in float32. q, k and v are formed from that
+    concatenation of rows, grown by one concatenation a layer (:class:`_Grow`, whose backward sums
+    the factors' gradients in one buffer), and each LayerNorm's map is one (E, out, width) x
+    (E, width, B T) product in the compute dtype: the ``3 d_attn`` rows of the next q, k, v and the
+    ``d_attn + 1`` rows of ``r``, which the norm's update sums in float32. q, k and v are formed from that
     product positions first, as the attention reads them, so the gradients of their bias and of
     the norm's scale are sums with the features innermost, which inductor vectorises (and a
     compiled evaluation copies the factors once a layer, not once per factor: docs/speed.md).
@@ -91,14 +135,17 @@ def factored_forward(model, x: Tensor, attention: Callable[..., Tensor], eps: fl
         u0 = torch.cat(parts, dim=-1).reshape(E, B * T, -1).transpose(1, 2).contiguous()  # (E, w_0, BT)
         G = torch.bmm(Mc[0], Mc[0].transpose(1, 2))
         sq = (torch.bmm(G, u0) * u0).sum(1)  # (E, BT): |h_0 C|^2
-        U = u0.to(cdt)
+        U, u_next = u0.to(cdt), None
 
     for l, block in enumerate(blocks):
         with torch.autocast(off, enabled=False):
             W_qkv, b_qkv = _folded(block.ln1, block.attn.W_qkv, block.attn.b_qkv)
             # q, k, v's map and the next factor's rows (for r), one product: (E, 3 da + da + 1, w_l)
             A = weights(l, torch.cat([W_qkv, Mc[l + 1].transpose(1, 2)], dim=-1))
-            proj = torch.bmm(A.to(cdt), U)  # (E, 3 da + da + 1, BT)
+            if u_next is None:
+                proj = torch.bmm(A.to(cdt), U)  # (E, 3 da + da + 1, BT)
+            else:  # U grows by the factor the block before added
+                proj, U = _Grow.apply(A.to(cdt), U, u_next.to(cdt))
             scale = torch.rsqrt(sq / d + eps)  # (E, BT): 1 / s_l
             # q, k, v = b + proj / s_l, formed positions first, as the attention reads them
             qkv = torch.addcmul(b_qkv.unsqueeze(1), proj[:, : 3 * da].transpose(1, 2), scale.unsqueeze(-1))  # (E, BT, 3 da)
@@ -109,12 +156,16 @@ def factored_forward(model, x: Tensor, attention: Callable[..., Tensor], eps: fl
             else:  # after the last block only the readout's N positions are read
                 mask = torch.ones(N, T, dtype=torch.bool, device=x.device).tril(T - N)
                 z, P = attention(q[:, :, -N:], k, v, mask), N
-                r, sq, U = (t.view(*t.shape[:-1], B, T)[..., -N:].flatten(-2) for t in (r, sq, U))
+                # r and sq by an index, so that their gradients are a scatter of their own,
+                # not a padding that inductor would recompute, unvectorised, in the wide kernels
+                last = (torch.arange(B, device=x.device).unsqueeze(1) * T + torch.arange(T - N, T, device=x.device)).flatten()
+                r, sq = (t.index_select(-1, last) for t in (r, sq))
+                U = U.view(*U.shape[:-1], B, T)[..., -N:].flatten(-2)
             z = z.view(E, B, H, P, dh).permute(0, 2, 4, 1, 3).reshape(E, da, B * P)
             u_next = torch.cat([z, z.new_ones(E, 1, B * P)], dim=1)  # (E, da + 1, B P)
             G = torch.bmm(Mc[l + 1], Mc[l + 1].transpose(1, 2))  # (E, da + 1, da + 1)
             sq = sq + ((2 * r + torch.bmm(G, u_next)) * u_next).sum(1)
-        U = torch.cat([U, u_next.to(cdt)], dim=1)  # (E, w_{l+1}, B P)
+    U = torch.cat([U, u_next.to(cdt)], dim=1)  # (E, w_L, B N): the last block's factor
 
     # The readout at the last N positions: ln_f(h_L) @ W_readout + b, in float32.
     with torch.autocast(off, enabled=False):
