@@ -251,7 +251,8 @@ def _roofline(spec: dict) -> dict:
     return tally.scaled(1 / len(batches))
 
 
-MATMULS = ("mm", "bmm", "addmm", "baddbmm", "addbmm", "_scaled_dot_product_flash_attention_for_cpu")
+MATMULS = ("mm", "bmm", "addmm", "baddbmm", "addbmm", "_scaled_dot_product_flash_attention_for_cpu",
+           "add_product_")  # the last: the factored pass's in-place product (it returns nothing)
 
 
 def onednn_calls(log: str) -> dict[str, list[float]]:
@@ -314,7 +315,7 @@ def _paths(spec: dict) -> dict:
             out = func(*args, **(kwargs or {}))
             name = func.overloadpacket.__name__
             if name in MATMULS:
-                first = out[0] if isinstance(out, tuple) else out
+                first = args[0] if out is None else out[0] if isinstance(out, tuple) else out
                 key = f"{name} {str(first.dtype).removeprefix('torch.')}"
                 aten[key] = aten.get(key, 0) + 1
             return out

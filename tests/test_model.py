@@ -461,6 +461,19 @@ def test_tally_counts_matmul_flops_and_bytes_moved():
     assert other["calls"] == 2 and all(r["seconds"] >= 0 for r in tally.rows.values())
 
 
+def test_tally_counts_the_factored_pass_in_place_product():
+    """``stackedheads::add_product_`` (model/factored.py: g += A^T D in place) is a matmul to the
+    tally, with its FLOPs, and adds into g."""
+    import stackedheads.model.factored  # noqa: F401  (registers the op)
+
+    g, A, D = torch.randn(2, 7, 11), torch.randn(2, 5, 7), torch.randn(2, 5, 11)
+    expected = g + A.transpose(1, 2) @ D
+    with costs.OpTally() as tally:
+        torch.ops.stackedheads.add_product_(g, A, D)
+    assert torch.allclose(g, expected)
+    assert tally.rows["matmuls"]["calls"] == 1 and tally.rows["matmuls"]["flops"] == 2 * 2 * 5 * 7 * 11
+
+
 def test_tally_sees_the_backward_and_an_expanded_tensor_by_its_storage():
     w = torch.randn(4, 6, requires_grad=True)
     shared = torch.randn(1, 6).expand(100, 6)  # 6 floats in memory, 600 in the view

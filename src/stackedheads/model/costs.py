@@ -45,10 +45,11 @@ def flops_per_step(config: ModelConfig, batch: int, seq_len: int, n_members: int
 # --------------------------------------------------------------------------- measured costs
 # What a step actually executes, op by op, for a roofline: the FLOPs and bytes of each operator
 # family against the machine's measured matmul peak and memory bandwidth (benchmarks/
-# train_throughput.py). Families by aten op name (a trailing * matches a prefix), first match
-# wins; "elementwise, copies, reductions" takes the rest.
+# train_throughput.py). Families by op name without its namespace (aten's, or this package's
+# ``stackedheads::add_product_``; a trailing * matches a prefix), first match wins;
+# "elementwise, copies, reductions" takes the rest.
 FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("matmuls", ("bmm", "baddbmm", "addbmm", "addmm", "mm", "matmul", "linear", "_linear_pointwise")),
+    ("matmuls", ("bmm", "baddbmm", "addbmm", "addmm", "mm", "matmul", "linear", "_linear_pointwise", "add_product_")),
     ("attention (softmax, mask)", ("softmax", "_softmax", "_safe_softmax", "_softmax_backward_data", "masked_fill",
                                    "masked_fill_", "tril", "_scaled_dot_product*", "scaled_dot_product*")),
     ("LayerNorm", ("native_layer_norm", "native_layer_norm_backward", "var_mean", "rsqrt")),
@@ -59,9 +60,14 @@ FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
 OTHER_FAMILY = "elementwise, copies, reductions"
 
 
+def _base(name: str) -> str:
+    """An op's name without namespace and overload: ``aten.bmm.default`` -> ``bmm``."""
+    return name.split(".")[1] if name.startswith(("aten.", "stackedheads.")) else name
+
+
 def op_family(name: str) -> str:
-    """The family of an aten op by its name (``aten.bmm.default`` -> "matmuls")."""
-    base = name.split(".")[1] if name.startswith("aten.") else name
+    """The family of an op by its name (``aten.bmm.default`` -> "matmuls")."""
+    base = _base(name)
     for family, names in FAMILIES:
         if base in names or any(n.endswith("*") and base.startswith(n[:-1]) for n in names):
             return family
@@ -70,8 +76,12 @@ def op_family(name: str) -> str:
 
 def matmul_flops(name: str, shapes: list[tuple[int, ...]]) -> float:
     """FLOPs of a matmul-type op from its tensor arguments' shapes (2 per multiply-add); 0 for
-    any other op. bmm/baddbmm: (b, n, k) @ (b, k, m); mm/addmm: (n, k) @ (k, m)."""
-    base = name.split(".")[1] if name.startswith("aten.") else name
+    any other op. bmm/baddbmm: (b, n, k) @ (b, k, m); mm/addmm: (n, k) @ (k, m);
+    ``stackedheads::add_product_(g, A, D)``: A (b, k, n) transposed @ D (b, k, m)."""
+    base = _base(name)
+    if base == "add_product_" and len(shapes) == 3:
+        a, d = shapes[1], shapes[2]
+        return 2.0 * a[0] * a[1] * a[2] * d[2]
     if base in ("bmm", "baddbmm") and len(shapes) >= 2:
         a, b = shapes[-2:]
         if len(a) == 3 and len(b) == 3:
